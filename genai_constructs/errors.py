@@ -1,0 +1,45 @@
+"""One error family for the whole library.
+
+Every error the library raises on bad input derives from :class:`GenaiConstructsError`
+(itself a ``ValueError``), and its message names the field, the value given, what is
+allowed and the fix, so a user never has to read a jsii stack trace.
+"""
+
+from __future__ import annotations
+
+
+class GenaiConstructsError(ValueError):
+    """Base of every error raised by genai-constructs on bad input."""
+
+
+class UnknownPresetError(GenaiConstructsError):
+    """A model preset name that the library does not know."""
+
+
+class UnknownInstanceTypeError(GenaiConstructsError):
+    """An EC2 instance type that is not in the accelerator catalog."""
+
+
+class ModelDoesNotFitError(GenaiConstructsError):
+    """The model's weights and minimum KV cache exceed the accelerator memory."""
+
+
+class LatencyTargetUnreachableError(GenaiConstructsError):
+    """No instance in the catalog meets the traffic's latency target."""
+
+
+class DeadlineUnreachableError(GenaiConstructsError):
+    """No instance count in the catalog finishes the batch before its deadline."""
+
+
+class ConfigurationError(GenaiConstructsError):
+    """Construct properties that are invalid or conflict with each other.
+
+    Raised before synthesis, with every problem found listed at once.
+    """
+
+    def __init__(self, construct: str, problems: list[str]) -> None:
+        self.construct = construct
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{construct}: {len(self.problems)} problem(s) with the properties given:\n{lines}")
