@@ -1,0 +1,288 @@
+"""Health sidecar for an OpenAI-compatible model server: proves the model answers, not just that a port is open.
+
+Runs on every inference instance next to the model server (the user data installs it as a systemd unit). The
+load balancer's target group checks this sidecar instead of the server's own liveness path, because a server can
+accept connections while its GPU is wedged, its weights are half loaded, or its engine loop has died.
+
+On each check (cached for ``--cache-s`` seconds so the load balancer's checks cost at most one probe per period):
+
+1. send a one-token completion (``POST /v1/completions``, ``max_tokens=1``) under ``--timeout-s``;
+2. answer 200 if it completed, 503 with the reason if not;
+3. if the probe timed out but the server's Prometheus counter (``--progress-metric``) rose since the previous check,
+   the server is busy, not wedged: a full batch queues the probe behind real work. Answer 200 ("busy") so that a
+   fleet under load does not mark its own instances unhealthy and cascade.
+
+Optionally (``--emf-address``) it publishes, every check, CloudWatch embedded-metric-format records to the local
+CloudWatch agent: ``GeneratedTokens`` (the rise of the server's token counter) and ``InFlightRequests`` (running +
+waiting). The fleet's cost-per-token figure and its in-flight widget read them.
+
+Standard library only, Python 3.9+: it runs on the instance's system Python, with nothing to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_PORT = 8081
+"""Next to the model server's conventional 8000; the target group checks this port."""
+DEFAULT_TIMEOUT_S = 5.0
+"""A one-token request on a loaded model returns in well under a second; 5 s leaves room for a busy batch while
+staying inside the load balancer's health check timeout (HEALTH_CHECK_TIMEOUT in fleets/inference.py)."""
+DEFAULT_CACHE_S = 5.0
+"""The load balancer checks from every node of the ALB (several per AZ); caching keeps it to one probe per 5 s."""
+DEFAULT_PROGRESS_METRIC = "vllm:generation_tokens_total"
+"""vLLM's counter of generated tokens; its rise proves the engine loop is making progress."""
+DEFAULT_IN_FLIGHT_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+"""vLLM's gauges of requests in the batch and in the queue."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one check."""
+
+    healthy: bool
+    reason: str
+    checked_at: float
+    probe_ms: float | None = None
+
+    def as_json(self) -> bytes:
+        body = {
+            "status": "ok" if self.healthy else "unhealthy",
+            "reason": self.reason,
+            "checked_at": round(self.checked_at, 3),
+            "probe_ms": None if self.probe_ms is None else round(self.probe_ms, 1),
+        }
+        return json.dumps(body).encode()
+
+
+def _post_json(url: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (local URL only)
+        return json.loads(response.read() or b"{}")
+
+
+def _get_text(url: str, timeout_s: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (local URL only)
+        return response.read().decode("utf-8", "replace")
+
+
+def parse_prometheus(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Sum each named metric over its label sets (``name{labels} value`` lines); absent names are left out."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, rest = line.partition(" ")
+        name = name_part.split("{", 1)[0]
+        if name not in names:
+            continue
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+class Checker:
+    """Probes the model server and caches the verdict; thread-safe (one probe at a time)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        model: str = "",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        cache_s: float = DEFAULT_CACHE_S,
+        progress_metric: str = DEFAULT_PROGRESS_METRIC,
+        in_flight_metrics: tuple[str, ...] = DEFAULT_IN_FLIGHT_METRICS,
+        emf: EmfPublisher | None = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.model = model
+        self.timeout_s = timeout_s
+        self.cache_s = cache_s
+        self.progress_metric = progress_metric
+        self.in_flight_metrics = in_flight_metrics
+        self.emf = emf
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._verdict: Verdict | None = None
+        self._verdict_at = float("-inf")
+        self._last_progress: float | None = None
+
+    def verdict(self) -> Verdict:
+        with self._lock:
+            if self._verdict is None or self._clock() - self._verdict_at >= self.cache_s:
+                self._verdict = self._check()
+                self._verdict_at = self._clock()
+            return self._verdict
+
+    def _model_name(self) -> str:
+        if not self.model:  # learned once: the served model does not change under a running server
+            listing = json.loads(_get_text(f"{self.upstream}/v1/models", self.timeout_s))
+            self.model = str(listing["data"][0]["id"])
+        return self.model
+
+    def _scrape(self) -> dict[str, float] | None:
+        names = tuple(n for n in (self.progress_metric, *self.in_flight_metrics) if n)
+        if not names:
+            return None
+        try:
+            return parse_prometheus(_get_text(f"{self.upstream}/metrics", self.timeout_s), names)
+        except (OSError, ValueError):
+            return None
+
+    def _check(self) -> Verdict:
+        started = time.monotonic()
+        probe_error: str | None = None
+        try:
+            reply = _post_json(
+                f"{self.upstream}/v1/completions",
+                {"model": self._model_name(), "prompt": "ping", "max_tokens": 1, "temperature": 0},
+                self.timeout_s,
+            )
+            if not reply.get("choices"):
+                probe_error = f"completion returned no choices: {json.dumps(reply)[:200]}"
+        except urllib.error.HTTPError as error:
+            probe_error = f"model server answered HTTP {error.code} to a one-token completion"
+        except (TimeoutError, socket.timeout):  # noqa: UP041 (distinct classes on the instance's Python 3.9)
+            probe_error = f"one-token completion did not finish within {self.timeout_s:g} s"
+        except urllib.error.URLError as error:
+            reason = error.reason
+            if isinstance(reason, (TimeoutError, socket.timeout)):  # noqa: UP041
+                probe_error = f"one-token completion did not finish within {self.timeout_s:g} s"
+            else:
+                probe_error = f"model server unreachable at {self.upstream}: {reason}"
+        except (OSError, ValueError, KeyError, IndexError) as error:
+            probe_error = f"model server gave an unusable answer: {type(error).__name__}: {error}"
+        probe_ms = (time.monotonic() - started) * 1000.0
+
+        sample = self._scrape() if (probe_error is None or "within" in probe_error or self.emf) else None
+        progressed = self._note_progress(sample)
+        if self.emf is not None and sample is not None:
+            self.emf.publish(sample, self.progress_metric, self.in_flight_metrics, progressed)
+
+        now = time.time()
+        if probe_error is None:
+            return Verdict(True, "one-token completion answered", now, probe_ms)
+        if "within" in probe_error and progressed:
+            return Verdict(True, f"busy: {probe_error}, but the server generated {progressed:g} tokens since the "
+                                 "last check", now, probe_ms)
+        return Verdict(False, probe_error, now, probe_ms)
+
+    def _note_progress(self, sample: dict[str, float] | None) -> float:
+        """Tokens generated since the previous sample (0 on the first sample or when the counter is absent)."""
+        if not sample or self.progress_metric not in sample:
+            return 0.0
+        current = sample[self.progress_metric]
+        previous, self._last_progress = self._last_progress, current
+        if previous is None or current < previous:  # first sample, or the server restarted
+            return 0.0
+        return current - previous
+
+
+class EmfPublisher:
+    """Sends CloudWatch embedded-metric-format records to the CloudWatch agent's EMF listener over UDP."""
+
+    def __init__(self, address: str, *, namespace: str, fleet: str, log_group: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.target = (host or "127.0.0.1", int(port))
+        self.namespace = namespace
+        self.fleet = fleet
+        self.log_group = log_group
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def record(self, sample: dict[str, float], in_flight_metrics: tuple[str, ...], generated: float) -> dict[str, Any]:
+        in_flight = sum(sample.get(name, 0.0) for name in in_flight_metrics)
+        return {
+            "_aws": {
+                "Timestamp": int(time.time() * 1000),
+                "LogGroupName": self.log_group,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [["Fleet"]],
+                    "Metrics": [{"Name": "GeneratedTokens", "Unit": "Count"},
+                                {"Name": "InFlightRequests", "Unit": "Count"}],
+                }],
+            },
+            "Fleet": self.fleet,
+            "GeneratedTokens": generated,
+            "InFlightRequests": in_flight,
+        }
+
+    def publish(self, sample: dict[str, float], progress_metric: str, in_flight_metrics: tuple[str, ...],
+                generated: float) -> None:
+        line = json.dumps(self.record(sample, in_flight_metrics, generated)) + "\n"
+        try:
+            self._socket.sendto(line.encode(), self.target)
+        except OSError:
+            pass  # metrics are best effort; health must not depend on the agent
+
+
+def make_server(checker: Checker, host: str, port: int, path: str) -> ThreadingHTTPServer:
+    """An HTTP server answering ``path`` with the checker's verdict (200 or 503, JSON body) and 404 elsewhere."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server API)
+            if self.path.split("?", 1)[0] != path:
+                self._send(404, b'{"status": "not found"}')
+                return
+            verdict = checker.verdict()
+            self._send(200 if verdict.healthy else 503, verdict.as_json())
+
+        def _send(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server API)
+            pass  # the load balancer checks several times a second; access logs would be noise
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--upstream", default="http://127.0.0.1:8000", help="Model server base URL.")
+    parser.add_argument("--model", default="", help="Model name for the probe; default: the first of /v1/models.")
+    parser.add_argument("--host", default="0.0.0.0")  # noqa: S104 (the load balancer must reach it)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--path", default="/healthz")
+    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
+    parser.add_argument("--cache-s", type=float, default=DEFAULT_CACHE_S)
+    parser.add_argument("--progress-metric", default=DEFAULT_PROGRESS_METRIC, help="Empty to disable.")
+    parser.add_argument("--emf-address", default="", help="host:port of the CloudWatch agent's EMF listener.")
+    parser.add_argument("--namespace", default="GenaiConstructs/Inference")
+    parser.add_argument("--fleet", default="fleet")
+    parser.add_argument("--log-group", default="")
+    args = parser.parse_args(argv)
+    emf = (
+        EmfPublisher(args.emf_address, namespace=args.namespace, fleet=args.fleet, log_group=args.log_group)
+        if args.emf_address else None
+    )
+    checker = Checker(args.upstream, model=args.model, timeout_s=args.timeout_s, cache_s=args.cache_s,
+                      progress_metric=args.progress_metric, emf=emf)
+    server = make_server(checker, args.host, args.port, args.path)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
