@@ -1,0 +1,360 @@
+"""Planners: search the whole catalog for the cheapest fleet that meets the traffic's targets, and say why."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from genai_constructs.errors import (
+    DeadlineUnreachableError,
+    GenaiConstructsError,
+    LatencyTargetUnreachableError,
+    ModelDoesNotFitError,
+)
+from genai_constructs.planner.catalog import InstanceType, load_catalog
+from genai_constructs.planner.estimate import DEFAULT_RUNTIME, GIB, RUNTIMES, estimate
+from genai_constructs.planner.plans import EmbeddingPlan, Estimate, InferencePlan, PlanOption
+from genai_constructs.workload import BatchTraffic, ModelShape, RealtimeTraffic
+
+ENCODER_COMPUTE_EFFICIENCY = 0.40
+"""Encoders at 128-512 tokens run small GEMMs plus memory-bound layernorm/softmax/gather between them: the four
+published encoder rows (A100 TensorRT, L4 TEI, two Inferentia2) sustain 37-44 % of dense peak."""
+TOKENIZER_TOKENS_PER_S_PER_VCPU = 250_000
+"""Fast (Rust) WordPiece tokenization plus chunking on one vCPU; caps a worker whose GPU would outrun its CPU."""
+WORKER_VCPUS_RESERVED = 1
+"""One vCPU per instance left for the OS, the CloudWatch agent and S3/SQS I/O threads."""
+MAX_BATCH_INSTANCES = 64
+"""Largest embedding fleet planned: beyond it GPU vCPU quotas and Spot pools, not arithmetic, decide."""
+EMBEDDING_BATCH_SIZE = 64
+"""Sequences per encoder call: enough to fill the tensor cores at 512 tokens without padding waste dominating."""
+WORKER_MESSAGES_IN_FLIGHT = 2
+"""Messages a worker holds at once: one on the device, one being read from S3 and tokenized, so the GPU never waits
+on I/O and never thrashes between more batches than fit its memory."""
+INCLUDE_NEURON_DEFAULT = False
+"""Inferentia2/Trainium need a model compiled ahead of time for fixed sequence buckets and the Neuron DLAMI; the
+planner ranks them only when asked (include_neuron=True) and otherwise notes when one would have been cheaper."""
+
+NEURON_CAVEATS = [
+    "Inferentia2/Trainium run only Neuron-compiled models: compile the model with the Neuron SDK (torch-neuronx / "
+    "transformers-neuronx or optimum-neuron) for this tensor-parallel degree before deploying.",
+    "Compiled models serve fixed sequence-length buckets: prompts are padded up to the next bucket, so choose buckets "
+    "near the traffic's prompt and output lengths, and a new maximum length means a recompile.",
+    "Instances boot the Neuron DLAMI (its own public SSM parameter), not the NVIDIA one; containers need the Neuron runtime.",
+]
+
+# The lesson's family table: what to watch on each family, and the lever that lowers cost there.
+FAMILY_GUIDE: dict[str, tuple[str, str]] = {
+    "g4dn": ("16 GiB of T4 memory at 320 GB/s: decode is bandwidth bound and KV cache room is small.",
+             "Quantize (int8/int4) so weights and cache fit one T4; fine for small models and embeddings only."),
+    "g5": ("A10G memory bandwidth (600 GB/s) bounds decode; 22 GiB per GPU caps model size and concurrency.",
+           "Raise per-instance concurrency up to the latency target (continuous batching); int4/AWQ to fit larger models on one GPU."),
+    "g6": ("L4 memory bandwidth (300 GB/s) makes decode slow per token; strong compute per dollar for prefill and encoders.",
+           "FP8 weights halve the bytes each decode step reads; best for embeddings and short-output work."),
+    "g6e": ("L40S: 45 GiB per GPU but PCIe between GPUs: tensor-parallel all-reduces, not memory, limit multi-GPU decode.",
+            "Fit the model on as few GPUs as possible (FP8) to avoid PCIe collectives; a single-GPU replica per instance is cheapest."),
+    "p4d": ("A100 40 GiB: memory bandwidth per GPU and NVLink collectives across 8 GPUs; a whole 8-GPU box is the unit of purchase.",
+            "Batch aggressively (the box is paid for whole) and use Savings Plans or capacity reservations for steady load."),
+    "p4de": ("A100 80 GiB: as p4d, with room for longer contexts and bigger batches.",
+             "Batch aggressively; Savings Plans or capacity reservations for steady load."),
+    "p5": ("H100: keeping 8 GPUs busy: host overhead, batching and prefill scheduling, not bandwidth, become the limit.",
+           "FP8 and large batches; EC2 Capacity Blocks or Savings Plans instead of on-demand."),
+    "p5e": ("H200 141 GiB: as p5, with memory for 70B-class models on fewer GPUs.",
+            "Capacity Blocks only (no public on-demand price); FP8 and large batches."),
+    "p5en": ("H200 with faster host links: as p5e.", "FP8 and large batches; Capacity Blocks or Savings Plans."),
+    "p6-b200": ("B200: host overhead and batching dominate; memory is rarely the limit.",
+                "FP8/FP4 and very large batches; Capacity Blocks or Savings Plans."),
+    "inf2": ("Neuron compile and sequence buckets; NeuronCore collectives at high tensor-parallel degree.",
+             "Lowest $/token for supported models with steady traffic; reuse compiled artifacts across deploys."),
+    "trn1": ("Neuron compile and sequence buckets; Trainium is sized for training, inference is a secondary fit.",
+             "Use only when trn1 capacity is already owned; otherwise inf2 is cheaper for inference."),
+}
+
+
+def _guide(family: str) -> tuple[str, str]:
+    return FAMILY_GUIDE.get(family, ("Accelerator memory bandwidth during decode.", "Right-size concurrency per instance."))
+
+
+def _candidates(instance_types: Iterable[str] | None, include_neuron: bool) -> list[InstanceType]:
+    catalog = load_catalog()
+    if instance_types is not None:
+        return [catalog.instance(name) for name in instance_types]
+    return [i for i in catalog.instances.values() if include_neuron or not i.is_neuron]
+
+
+def _check_positive(name: str, **values: float) -> None:
+    bad = [f"{field} ({value}) must be > 0" for field, value in values.items() if value <= 0]
+    if bad:
+        raise GenaiConstructsError(f"{name}: " + "; ".join(bad))
+
+
+def _max_concurrency_meeting(model: ModelShape, instance: InstanceType, traffic: RealtimeTraffic,
+                             runtime: str, limit: int) -> tuple[int, Estimate]:
+    """Largest concurrency whose TPOT and loaded TTFT meet the targets (TPOT grows monotonically with batch)."""
+
+    def at(concurrency: int) -> Estimate:
+        return estimate(model, instance, concurrency=concurrency, prompt_tokens=traffic.prompt_tokens,
+                        output_tokens=traffic.output_tokens, runtime=runtime)
+
+    def meets(e: Estimate) -> bool:
+        # A request arriving under load waits for the step in flight, then its own prefill.
+        loaded_ttft = e.ttft_ms + e.decode_step_ms
+        return e.tpot_ms <= traffic.tpot_target_ms and loaded_ttft <= traffic.p95_ttft_ms
+
+    first = at(1)
+    if not meets(first):
+        return 0, first
+    low, high = 1, max(1, limit)
+    best = first
+    while low < high:
+        mid = (low + high + 1) // 2
+        e = at(mid)
+        if meets(e):
+            low, best = mid, e
+        else:
+            high = mid - 1
+    return low, best
+
+
+def plan_inference(
+    model: ModelShape,
+    traffic: RealtimeTraffic,
+    *,
+    runtime: str = DEFAULT_RUNTIME,
+    instance_types: Iterable[str] | None = None,
+    include_neuron: bool = INCLUDE_NEURON_DEFAULT,
+) -> InferencePlan:
+    """The cheapest fleet that serves ``traffic`` within its p95 targets with headroom, over the whole catalog.
+
+    One model replica per instance, tensor-parallel over all of its devices. ``instance_types`` restricts the search
+    (e.g. an override); ``include_neuron`` lets Inferentia2/Trainium compete (see INCLUDE_NEURON_DEFAULT).
+    """
+    if model.kind != "decoder":
+        raise GenaiConstructsError(
+            f"plan_inference: model {model.name!r} is an encoder; plan embedding work with plan_embedding(model, BatchTraffic(...))"
+        )
+    if runtime not in RUNTIMES:
+        raise GenaiConstructsError(f"plan_inference: runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
+    sequence = traffic.prompt_tokens + traffic.output_tokens
+    if sequence > model.max_context:
+        raise GenaiConstructsError(
+            f"RealtimeTraffic: prompt_tokens + output_tokens ({sequence}) exceeds {model.name}'s max_context "
+            f"({model.max_context}): shorten prompts or outputs"
+        )
+    candidates = _candidates(instance_types, include_neuron)
+    ranked: list[tuple[tuple[float, float, float], InstanceType, int, Estimate]] = []
+    unpriced: list[PlanOption] = []
+    best_fitting: tuple[float, InstanceType] | None = None
+    largest_shortfall: tuple[float, InstanceType, float] | None = None
+    best_tpot: tuple[float, InstanceType] | None = None
+    for instance in candidates:
+        probe = estimate(model, instance, concurrency=1, prompt_tokens=traffic.prompt_tokens,
+                         output_tokens=traffic.output_tokens, runtime=runtime)
+        heads_ok = instance.is_neuron or model.attention_heads % instance.accelerator_count == 0
+        if not probe.fits or not heads_ok:
+            shortfall = -probe.memory.free_gib
+            if largest_shortfall is None or probe.memory.total_gib > largest_shortfall[2]:
+                largest_shortfall = (shortfall, instance, probe.memory.total_gib)
+            continue
+        if best_fitting is None or probe.memory.total_gib > best_fitting[0]:
+            best_fitting = (probe.memory.total_gib, instance)
+        if best_tpot is None or probe.tpot_ms < best_tpot[0]:
+            best_tpot = (probe.tpot_ms, instance)
+        max_ok, at_max = _max_concurrency_meeting(model, instance, traffic, runtime, probe.memory.max_concurrency)
+        if max_ok == 0:
+            continue
+        planned = max(1, math.floor(max_ok * (1 - traffic.headroom)))
+        e = estimate(model, instance, concurrency=planned, prompt_tokens=traffic.prompt_tokens,
+                     output_tokens=traffic.output_tokens, runtime=runtime)
+        instances = max(traffic.min_instances, math.ceil(traffic.concurrent_sessions / planned))
+        if instance.on_demand_usd_per_hour is None:
+            unpriced.append(PlanOption(instance_type=instance.instance_type, devices_per_replica=e.devices,
+                                       instances=instances, usd_per_hour=None, usd_per_million_tokens=None,
+                                       tpot_ms=e.tpot_ms, note="no public on-demand price: not ranked on cost"))
+            continue
+        fleet_cost = instance.on_demand_usd_per_hour * instances
+        per_million = instance.on_demand_usd_per_hour / (e.output_tokens_per_s * 3600) * 1e6
+        ranked.append(((fleet_cost, per_million, e.tpot_ms), instance, instances, e))
+
+    if not ranked:
+        if best_fitting is None:
+            assert largest_shortfall is not None
+            shortfall, instance, total = largest_shortfall
+            raise ModelDoesNotFitError(
+                f"{model.name} ({model.precision.value}, {model.weight_bytes / GIB:.1f} GiB of weights) fits no "
+                f"instance in the catalog: the largest, {instance.instance_type} with {total:.0f} GiB of accelerator "
+                f"memory, falls short by {shortfall:.1f} GiB for one {sequence}-token sequence; use a narrower "
+                "precision (fp8, int4) or a smaller model"
+            )
+        assert best_tpot is not None
+        raise LatencyTargetUnreachableError(
+            f"RealtimeTraffic: no instance meets p95_tpot_ms {traffic.tpot_target_ms:.1f} ms with "
+            f"p95_ttft_ms {traffic.p95_ttft_ms:.0f} ms for {model.name}: the best achievable is "
+            f"{best_tpot[0]:.1f} ms per token on {best_tpot[1].instance_type} at concurrency 1; relax the target "
+            "(lower output_tokens_per_s_per_session), shorten prompts, or use a narrower precision"
+        )
+
+    ranked.sort(key=lambda item: item[0])
+    (fleet_cost, per_million, _), chosen, instances, e = ranked[0]
+    bottleneck_family, cost_lever = _guide(chosen.family)
+    dominant = max(("weights", "kv_cache", "tensor_parallel", "prefill_interleave", "gemm_compute", "host_floor"),
+                   key=lambda k: e.terms_ms.get(k, 0.0))
+    bottleneck = f"{_TERM_LABEL[dominant]} ({e.terms_ms[dominant]:.1f} ms of a {e.tpot_ms:.1f} ms token). {bottleneck_family}"
+    reasons = [
+        f"{model.name} in {model.precision.value} needs {e.memory.weights_gib:.1f} GiB of weights; "
+        f"{chosen.instance_type} has {e.memory.total_gib:.1f} GiB over {e.devices} {chosen.accelerator.name} device(s).",
+        f"At {e.concurrency} concurrent sequences per instance the predicted TPOT is {e.tpot_ms:.1f} ms "
+        f"(target {traffic.tpot_target_ms:.1f} ms) and TTFT {e.ttft_ms:.0f} ms unloaded (target {traffic.p95_ttft_ms:.0f} ms).",
+        f"Per-instance concurrency is planned at {1 - traffic.headroom:.0%} of the highest that meets the targets "
+        f"({traffic.headroom:.0%} headroom), so {traffic.concurrent_sessions} sessions need {instances} instance(s) "
+        f"(at least {traffic.min_instances}, across AZs).",
+        f"{chosen.instance_type} at ${chosen.on_demand_usd_per_hour:.3f}/h on-demand ({load_catalog().price_region}, "
+        f"{load_catalog().price_date}) makes the peak fleet ${fleet_cost:.2f}/h, the cheapest of {len(ranked)} options "
+        f"that meet the targets, at ${per_million:.2f} per 1M output tokens.",
+    ]
+    notes = [f"{o.instance_type}: {o.note}" for o in unpriced]
+    if not include_neuron and instance_types is None:
+        notes.append("Inferentia2/Trainium were not ranked (include_neuron=False): they need a Neuron-compiled model.")
+    alternatives = [
+        PlanOption(instance_type=i.instance_type, devices_per_replica=alt.devices, instances=n,
+                   usd_per_hour=i.on_demand_usd_per_hour, usd_per_million_tokens=round(key[1], 3), tpot_ms=alt.tpot_ms,
+                   note=f"${key[0]:.2f}/h at peak")
+        for key, i, n, alt in ranked[1:6]
+    ] + unpriced
+    return InferencePlan(
+        model=model, traffic=traffic, instance_type=chosen.instance_type, family=chosen.family,
+        accelerator=chosen.accelerator.name, devices_per_replica=e.devices, concurrency_per_instance=e.concurrency,
+        min_instances=traffic.min_instances, max_instances=instances, estimate=e,
+        usd_per_hour=chosen.on_demand_usd_per_hour, usd_per_hour_at_peak=round(fleet_cost, 4),
+        usd_per_million_output_tokens=round(per_million, 4), weights_gib=e.memory.weights_gib,
+        is_neuron=chosen.is_neuron, bottleneck=bottleneck, cost_lever=cost_lever,
+        neuron_caveats=NEURON_CAVEATS if chosen.is_neuron else [], reasons=reasons, alternatives=alternatives,
+        notes=notes,
+    )
+
+
+_TERM_LABEL = {
+    "weights": "Memory bandwidth: each decode step streams every weight",
+    "kv_cache": "KV cache reads: long contexts times concurrency",
+    "tensor_parallel": "Tensor-parallel all-reduces between devices",
+    "prefill_interleave": "Prefill of new prompts interleaved with decode (watch TTFT and prompt length)",
+    "gemm_compute": "Compute: the batch is large enough that GEMMs are compute bound",
+    "host_floor": "Host-side dispatch: the CPU cannot feed the GPU fast enough",
+}
+
+
+def encoder_tokens_per_s(model: ModelShape, instance: InstanceType, sequence_tokens: int) -> float:
+    """Embedded tokens per second on one instance: compute bound on its devices, capped by CPU tokenization."""
+    flops_per_token = 2 * model.parameters_billion * 1e9 + 4 * model.layers * sequence_tokens * model.hidden_size
+    peak = instance.accelerator.dense_bf16_tflops * 1e12
+    device_rate = peak * ENCODER_COMPUTE_EFFICIENCY / flops_per_token
+    cpu_rate = max(1, instance.vcpu - WORKER_VCPUS_RESERVED) * TOKENIZER_TOKENS_PER_S_PER_VCPU
+    return min(device_rate * instance.accelerator_count, cpu_rate)
+
+
+def _spot_equivalents(chosen: InstanceType, candidates: list[InstanceType], rates: dict[str, float]) -> list[str]:
+    """Types a Spot mixed-instances policy can substitute: same device count, throughput within 25 %, priced."""
+    base = rates[chosen.instance_type]
+    scored = []
+    for other in candidates:
+        if other.instance_type not in rates or other.accelerator_count != chosen.accelerator_count:
+            continue
+        if other.is_neuron != chosen.is_neuron or not 0.75 <= rates[other.instance_type] / base <= 1.25:
+            continue
+        scored.append((abs(rates[other.instance_type] / base - 1), other.on_demand_usd_per_hour or 0, other.instance_type))
+    names = [name for *_, name in sorted(scored)]
+    return [chosen.instance_type] + [n for n in names if n != chosen.instance_type][:3]
+
+
+def plan_embedding(
+    model: ModelShape,
+    traffic: BatchTraffic,
+    *,
+    instance_types: Iterable[str] | None = None,
+    include_neuron: bool = INCLUDE_NEURON_DEFAULT,
+) -> EmbeddingPlan:
+    """The cheapest fleet per million embedded tokens that finishes the backlog within the deadline (less headroom)."""
+    if model.kind != "encoder":
+        raise GenaiConstructsError(
+            f"plan_embedding: model {model.name!r} is a decoder; plan chat/completion with plan_inference(model, RealtimeTraffic(...))"
+        )
+    if traffic.sequence_tokens > model.max_context:
+        raise GenaiConstructsError(
+            f"BatchTraffic.sequence_tokens ({traffic.sequence_tokens}) exceeds {model.name}'s max_context "
+            f"({model.max_context}): chunk documents to at most {model.max_context} tokens"
+        )
+    candidates = _candidates(instance_types, include_neuron)
+    sequence = min(traffic.sequence_tokens, traffic.tokens_per_document)
+    usable_hours = traffic.deadline_hours * (1 - traffic.headroom)
+    rates: dict[str, float] = {}
+    ranked = []
+    unpriced: list[PlanOption] = []
+    fastest: tuple[float, InstanceType] | None = None
+    for instance in candidates:
+        if model.weight_bytes / GIB + 1.0 > instance.accelerator_memory_gib:
+            continue
+        rate = encoder_tokens_per_s(model, instance, sequence)
+        rates[instance.instance_type] = rate
+        hours_one = traffic.total_tokens / rate / 3600
+        instances = max(1, math.ceil(hours_one / usable_hours))
+        if fastest is None or hours_one / MAX_BATCH_INSTANCES < fastest[0]:
+            fastest = (hours_one / MAX_BATCH_INSTANCES, instance)
+        if instances > MAX_BATCH_INSTANCES:
+            continue
+        if instance.on_demand_usd_per_hour is None:
+            unpriced.append(PlanOption(instance_type=instance.instance_type, devices_per_replica=1, instances=instances,
+                                       usd_per_hour=None, usd_per_million_tokens=None,
+                                       note="no public on-demand price: not ranked on cost"))
+            continue
+        per_million = instance.on_demand_usd_per_hour / (rate * 3600) * 1e6
+        ranked.append(((per_million, instances), instance, instances, rate))
+    if not ranked:
+        if fastest is None:
+            raise ModelDoesNotFitError(f"{model.name} fits no accelerator in the catalog")
+        raise DeadlineUnreachableError(
+            f"BatchTraffic.deadline_hours ({traffic.deadline_hours}) cannot be met for {traffic.total_tokens:,} tokens "
+            f"of {model.name}: the fastest option, {MAX_BATCH_INSTANCES} x {fastest[1].instance_type}, needs "
+            f"{fastest[0] / (1 - traffic.headroom):.1f} h; extend the deadline or split the backlog"
+        )
+    ranked.sort(key=lambda item: item[0])
+    (per_million, _), chosen, instances, rate = ranked[0]
+    workers = chosen.accelerator_count
+    documents_per_s = rate / traffic.tokens_per_document
+    hours = traffic.total_tokens / (rate * instances) / 3600
+    bottleneck_family, cost_lever = _guide(chosen.family)
+    cpu_bound = rate < encoder_tokens_per_s(model, chosen.model_copy(update={"vcpu": 10**6}), sequence)
+    bottleneck = ("CPU tokenization feeds the devices slower than they encode: watch GPU utilization. "
+                  if cpu_bound else "Encoder compute on the devices, if documents arrive steadily: watch GPU "
+                  "utilization and the age of the oldest message. ") + bottleneck_family
+    spot = traffic.spot_ok
+    if spot:
+        cost_lever = "Spot capacity across several equivalent types (a batch retries interruptions). " + cost_lever
+    reasons = [
+        f"{traffic.documents:,} documents x {traffic.tokens_per_document} tokens = {traffic.total_tokens:,} tokens.",
+        f"{chosen.instance_type} embeds ~{rate:,.0f} tokens/s ({workers} worker(s), one per {chosen.accelerator.name}, "
+        f"at {ENCODER_COMPUTE_EFFICIENCY:.0%} of dense peak for {sequence}-token chunks).",
+        f"{instances} instance(s) finish in {hours:.1f} h, inside {traffic.deadline_hours} h less "
+        f"{traffic.headroom:.0%} headroom ({usable_hours:.1f} h).",
+        f"${chosen.on_demand_usd_per_hour:.3f}/h on-demand gives ${per_million:.4f} per 1M tokens, the cheapest of "
+        f"{len(ranked)} options that meet the deadline" + (" (Spot lowers it further)." if spot else "."),
+    ]
+    notes = [f"{o.instance_type}: {o.note}" for o in unpriced]
+    if not include_neuron and instance_types is None:
+        notes.append("Inferentia2 was not ranked (include_neuron=False): it needs a Neuron-compiled encoder.")
+    alternatives = [
+        PlanOption(instance_type=i.instance_type, devices_per_replica=1, instances=n,
+                   usd_per_hour=i.on_demand_usd_per_hour, usd_per_million_tokens=round(key[0], 5))
+        for key, i, n, _ in ranked[1:6]
+    ] + unpriced
+    return EmbeddingPlan(
+        model=model, traffic=traffic, instance_type=chosen.instance_type, family=chosen.family,
+        accelerator=chosen.accelerator.name, workers_per_instance=workers, batch_size=EMBEDDING_BATCH_SIZE,
+        max_concurrency_per_worker=WORKER_MESSAGES_IN_FLIGHT, tokens_per_s_per_instance=round(rate, 1),
+        documents_per_s_per_instance=round(documents_per_s, 3),
+        seconds_per_document=round(workers / documents_per_s, 4), min_instances=0, max_instances=instances,
+        hours_to_finish=round(hours, 2), usd_per_hour=chosen.on_demand_usd_per_hour,
+        usd_per_million_tokens=round(per_million, 5), spot=spot,
+        spot_instance_types=_spot_equivalents(chosen, candidates, rates) if spot else [],
+        weights_gib=round(model.weight_bytes / GIB, 3), is_neuron=chosen.is_neuron, bottleneck=bottleneck,
+        cost_lever=cost_lever, neuron_caveats=NEURON_CAVEATS if chosen.is_neuron else [], reasons=reasons,
+        alternatives=alternatives, notes=notes,
+    )
