@@ -1,0 +1,137 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from genai_constructs.errors import GenaiConstructsError, ModelDoesNotFitError
+from genai_constructs.planner import estimate, load_catalog
+from genai_constructs.planner.validation import EXCLUDED_ROWS, compare_all, error_summary
+from genai_constructs.workload import ModelShape, Precision
+
+LLAMA_8B = ModelShape.preset("llama-3.1-8b")
+
+
+def test_decode_is_never_faster_than_the_bandwidth_roofline():
+    # 8.03e9 parameters x 2 bytes over 600 GB/s: a hand roofline, independent of the estimator.
+    hand_roofline_ms = 8.03e9 * 2 / 600e9 * 1e3
+    e = estimate(LLAMA_8B, "g5.2xlarge")
+    assert e.roofline_tpot_ms == pytest.approx(hand_roofline_ms, rel=0.02)
+    assert e.tpot_ms > hand_roofline_ms
+
+
+def test_single_stream_decode_is_memory_bandwidth_bound():
+    assert estimate(LLAMA_8B, "g5.2xlarge").bound == "memory-bandwidth"
+
+
+def test_huge_batches_become_compute_bound():
+    e = estimate(LLAMA_8B.with_precision("fp8"), "p5.48xlarge", devices=1, concurrency=1024, prompt_tokens=64,
+                 output_tokens=64)
+    assert e.bound == "compute"
+
+
+def test_throughput_is_concurrency_over_tpot():
+    e = estimate(LLAMA_8B, "g6e.xlarge", concurrency=16)
+    assert e.output_tokens_per_s == pytest.approx(16 * 1000 / e.tpot_ms, rel=1e-3)
+
+
+def test_memory_breakdown_adds_up():
+    e = estimate(LLAMA_8B, "g5.2xlarge", concurrency=8, prompt_tokens=1024, output_tokens=256)
+    m = e.memory
+    assert m.weights_gib == pytest.approx(8.03e9 * 2 / 1024**3, rel=1e-3)
+    # 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes x 1280 tokens x 8 sequences
+    assert m.kv_cache_gib == pytest.approx(2 * 32 * 8 * 128 * 2 * 1280 * 8 / 1024**3, rel=1e-3)
+    assert m.weights_gib + m.kv_cache_gib + m.runtime_overhead_gib + m.free_gib == pytest.approx(m.total_gib, abs=0.01)
+
+
+def test_tensor_parallelism_speeds_up_decode_of_a_big_model():
+    model = ModelShape.preset("llama-3.1-70b")
+    four = estimate(model, "p5.48xlarge", devices=4)
+    eight = estimate(model, "p5.48xlarge", devices=8)
+    assert eight.tpot_ms < four.tpot_ms
+    # ...but not linearly: the all-reduces grow with the degree.
+    assert eight.terms_ms["tensor_parallel"] > four.terms_ms["tensor_parallel"]
+
+
+def test_an_eager_runtime_is_slower_than_a_graph_runtime_on_many_small_devices():
+    model = ModelShape.preset("llama-2-70b")
+    assert estimate(model, "p4d.24xlarge", runtime="tgi-1.0").tpot_ms > estimate(model, "p4d.24xlarge").tpot_ms
+
+
+def test_fails_when_the_model_does_not_fit_and_fit_is_required():
+    with pytest.raises(ModelDoesNotFitError, match=r"needs .* GiB .* g5.xlarge, which have 22.4 GiB"):
+        estimate(ModelShape.preset("llama-3.1-70b"), "g5.xlarge", require_fit=True)
+
+
+def test_fails_on_zero_concurrency():
+    with pytest.raises(GenaiConstructsError, match=r"concurrency \(0\) must be a positive integer"):
+        estimate(LLAMA_8B, "g5.xlarge", concurrency=0)
+
+
+def test_fails_on_more_devices_than_the_instance_has():
+    with pytest.raises(GenaiConstructsError, match=r"devices \(2\) must be between 1 and 1 on g5.xlarge"):
+        estimate(LLAMA_8B, "g5.xlarge", devices=2)
+
+
+def test_fails_on_an_unknown_runtime():
+    with pytest.raises(GenaiConstructsError, match=r"runtime 'sglang' is not one of"):
+        estimate(LLAMA_8B, "g5.xlarge", runtime="sglang")
+
+
+def test_fails_when_sequence_exceeds_context():
+    with pytest.raises(GenaiConstructsError, match=r"exceeds llama-2-7b's max_context \(4096\)"):
+        estimate(ModelShape.preset("llama-2-7b"), "g5.xlarge", prompt_tokens=4000, output_tokens=200)
+
+
+# --- accuracy against published measurements (targets from the foundation issue) ---------------------------------
+
+def test_estimates_match_published_benchmarks_within_targets():
+    comparisons = compare_all()
+    median, worst = error_summary(comparisons)
+    table = "\n".join(f"row {c.row_id}: {c.metric} measured {c.measured} predicted {c.predicted:.2f} ({c.error:+.0%})"
+                      for c in comparisons)
+    assert median <= 0.15, table
+    assert worst <= 0.35, table
+
+
+def test_only_documented_rows_are_left_out():
+    assert set(EXCLUDED_ROWS) == {7}
+    assert all(len(reason) > 80 for reason in EXCLUDED_ROWS.values())
+
+
+def test_every_benchmark_row_is_predicted():
+    assert len(compare_all()) == len(load_catalog().llm_benchmarks)
+
+
+# --- properties ----------------------------------------------------------------------------------------------------
+
+GPU_TYPES = ["g5.2xlarge", "g6.xlarge", "g6e.xlarge", "p4d.24xlarge", "p5.48xlarge", "g5.12xlarge"]
+WIDER = [Precision.INT4, Precision.INT8, Precision.FP16, Precision.FP32]
+
+
+@settings(max_examples=60, deadline=None)
+@given(instance=st.sampled_from(GPU_TYPES), concurrency=st.integers(1, 64), narrow=st.integers(0, 2),
+       prompt=st.integers(16, 2048))
+def test_wider_precision_never_predicts_faster_decode(instance, concurrency, narrow, prompt):
+    base = ModelShape.preset("llama-2-13b")
+    fast = estimate(base.with_precision(WIDER[narrow]), instance, concurrency=concurrency, prompt_tokens=prompt)
+    slow = estimate(base.with_precision(WIDER[narrow + 1]), instance, concurrency=concurrency, prompt_tokens=prompt)
+    assert slow.tpot_ms >= fast.tpot_ms
+
+
+@settings(max_examples=60, deadline=None)
+@given(small=st.floats(0.5, 60), extra=st.floats(0.1, 60), layers=st.integers(8, 96))
+def test_bigger_model_never_needs_less_memory(small, extra, layers):
+    def shape(params):
+        return ModelShape(name="m", parameters_billion=params, layers=layers, hidden_size=4096, attention_heads=32,
+                          kv_heads=8, head_dim=128, vocabulary=32000, max_context=8192)
+    a = estimate(shape(small), "p5.48xlarge", concurrency=4)
+    b = estimate(shape(small + extra), "p5.48xlarge", concurrency=4)
+    assert b.memory.weights_gib + b.memory.kv_cache_gib >= a.memory.weights_gib + a.memory.kv_cache_gib
+    assert b.memory.free_gib <= a.memory.free_gib
+
+
+@settings(max_examples=60, deadline=None)
+@given(instance=st.sampled_from(GPU_TYPES), low=st.integers(1, 128), more=st.integers(0, 128))
+def test_tpot_never_falls_as_concurrency_rises(instance, low, more):
+    a = estimate(LLAMA_8B, instance, concurrency=low)
+    b = estimate(LLAMA_8B, instance, concurrency=low + more)
+    assert b.tpot_ms >= a.tpot_ms

@@ -1,0 +1,175 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from genai_constructs.errors import (
+    DeadlineUnreachableError,
+    GenaiConstructsError,
+    LatencyTargetUnreachableError,
+    ModelDoesNotFitError,
+)
+from genai_constructs.planner import estimate, load_catalog, plan_embedding, plan_inference
+from genai_constructs.workload import BatchTraffic, ModelShape, RealtimeTraffic
+
+CHAT = RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20)
+EMBED = BatchTraffic(documents=2_000_000, tokens_per_document=800, deadline_hours=12, spot_ok=True)
+
+
+@pytest.fixture(scope="module")
+def chat_8b():
+    return plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT)
+
+
+@pytest.fixture(scope="module")
+def chat_70b():
+    return plan_inference(ModelShape.preset("llama-3.1-70b"),
+                          RealtimeTraffic(concurrent_sessions=64, output_tokens_per_s_per_session=15))
+
+
+def test_8b_chat_lands_on_one_g_family_gpu(chat_8b):
+    assert chat_8b.family.startswith("g") and chat_8b.devices_per_replica == 1
+
+
+def test_70b_chat_uses_several_gpus_of_a_p_family_box(chat_70b):
+    assert chat_70b.family.startswith("p") and chat_70b.devices_per_replica >= 4
+
+
+def test_plan_meets_the_latency_targets(chat_8b):
+    assert chat_8b.estimate.tpot_ms <= CHAT.tpot_target_ms
+    assert chat_8b.estimate.ttft_ms <= CHAT.p95_ttft_ms
+
+
+def test_plan_keeps_at_least_two_instances(chat_8b):
+    assert chat_8b.min_instances >= 2 and chat_8b.max_instances >= chat_8b.min_instances
+
+
+def test_plan_serves_every_session(chat_8b):
+    assert chat_8b.max_instances * chat_8b.concurrency_per_instance >= CHAT.concurrent_sessions
+
+
+def test_plan_keeps_headroom_below_the_latency_limit(chat_8b):
+    # One more third of load must still fit the target (30 % headroom): re-estimate independently.
+    pushed = estimate(chat_8b.model, chat_8b.instance_type, concurrency=int(chat_8b.concurrency_per_instance / 0.7),
+                      prompt_tokens=CHAT.prompt_tokens, output_tokens=CHAT.output_tokens)
+    assert pushed.tpot_ms <= CHAT.tpot_target_ms * 1.01
+
+
+def test_chosen_option_is_the_cheapest_that_meets_targets(chat_8b):
+    priced = [a for a in chat_8b.alternatives if a.usd_per_hour is not None]
+    assert all(a.usd_per_hour * a.instances >= chat_8b.usd_per_hour_at_peak - 1e-6 for a in priced)
+
+
+def test_cost_per_million_tokens_follows_from_price_and_throughput(chat_8b):
+    tokens_per_hour = chat_8b.estimate.output_tokens_per_s * 3600
+    assert chat_8b.usd_per_million_output_tokens == pytest.approx(chat_8b.usd_per_hour / tokens_per_hour * 1e6, rel=1e-3)
+
+
+def test_plan_explains_itself(chat_8b):
+    assert len(chat_8b.reasons) >= 3 and chat_8b.bottleneck and chat_8b.cost_lever
+    assert chat_8b.instance_type in " ".join(chat_8b.reasons)
+
+
+def test_unpriced_types_are_kept_but_not_ranked(chat_70b):
+    unpriced = [a for a in chat_70b.alternatives if a.usd_per_hour is None]
+    assert any(a.instance_type == "p5e.48xlarge" for a in unpriced)
+    assert chat_70b.instance_type != "p5e.48xlarge"
+
+
+def test_neuron_plan_carries_caveats():
+    plan = plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, instance_types=["inf2.24xlarge"])
+    assert plan.is_neuron and any("compiled" in c for c in plan.neuron_caveats)
+
+
+def test_gpu_plan_has_no_neuron_caveats(chat_8b):
+    assert chat_8b.neuron_caveats == []
+
+
+def test_embedding_plan_meets_the_deadline_and_scales_to_zero():
+    plan = plan_embedding(ModelShape.preset("bge-large-en-v1.5"), EMBED)
+    assert plan.hours_to_finish <= EMBED.deadline_hours * (1 - EMBED.headroom)
+    assert plan.min_instances == 0 and plan.max_instances >= 1
+
+
+def test_embedding_plan_offers_equivalent_spot_types_when_spot_is_ok():
+    plan = plan_embedding(ModelShape.preset("bge-large-en-v1.5"), EMBED)
+    catalog = load_catalog()
+    assert plan.spot and plan.instance_type in plan.spot_instance_types and len(plan.spot_instance_types) >= 2
+    counts = {catalog.instance(t).accelerator_count for t in plan.spot_instance_types}
+    assert counts == {catalog.instance(plan.instance_type).accelerator_count}
+
+
+def test_embedding_plan_without_spot_lists_no_spot_types():
+    plan = plan_embedding(ModelShape.preset("bge-base-en-v1.5"),
+                          BatchTraffic(documents=1000, tokens_per_document=500, deadline_hours=1))
+    assert not plan.spot and plan.spot_instance_types == []
+
+
+def test_embedding_plan_is_the_cheapest_per_million_tokens():
+    plan = plan_embedding(ModelShape.preset("bge-large-en-v1.5"), EMBED)
+    priced = [a.usd_per_million_tokens for a in plan.alternatives if a.usd_per_million_tokens is not None]
+    assert all(p >= plan.usd_per_million_tokens for p in priced)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sessions=st.integers(1, 400), more=st.integers(0, 400))
+def test_more_concurrency_never_needs_fewer_replicas(sessions, more):
+    model = ModelShape.preset("llama-3.1-8b")
+    a = plan_inference(model, RealtimeTraffic(concurrent_sessions=sessions, output_tokens_per_s_per_session=20),
+                       instance_types=["g5.2xlarge"])
+    b = plan_inference(model, RealtimeTraffic(concurrent_sessions=sessions + more, output_tokens_per_s_per_session=20),
+                       instance_types=["g5.2xlarge"])
+    assert b.max_instances >= a.max_instances
+
+
+# --- bad input ----------------------------------------------------------------------------------------------------
+
+def test_fails_model_that_fits_nowhere_names_largest_and_shortfall():
+    huge = ModelShape(name="huge", parameters_billion=2000, layers=120, hidden_size=16384, attention_heads=128,
+                      kv_heads=8, head_dim=128, vocabulary=128000, max_context=8192)
+    with pytest.raises(ModelDoesNotFitError, match=r"fits no instance .* the largest, p6-b200.48xlarge .* falls short by"):
+        plan_inference(huge, CHAT)
+
+
+def test_fails_impossible_latency_names_best_achievable():
+    with pytest.raises(LatencyTargetUnreachableError, match=r"best achievable is [0-9.]+ ms per token on"):
+        plan_inference(ModelShape.preset("llama-3.1-70b"),
+                       RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=500))
+
+
+def test_fails_encoder_given_to_the_inference_planner():
+    with pytest.raises(GenaiConstructsError, match=r"is an encoder; plan embedding work with plan_embedding"):
+        plan_inference(ModelShape.preset("bge-large-en-v1.5"), CHAT)
+
+
+def test_fails_decoder_given_to_the_embedding_planner():
+    with pytest.raises(GenaiConstructsError, match=r"is a decoder; plan chat/completion with plan_inference"):
+        plan_embedding(ModelShape.preset("llama-3.1-8b"), EMBED)
+
+
+def test_fails_deadline_no_fleet_can_meet():
+    traffic = BatchTraffic(documents=10**10, tokens_per_document=2000, deadline_hours=0.1)
+    with pytest.raises(DeadlineUnreachableError, match=r"deadline_hours \(0.1\) cannot be met .* the fastest option"):
+        plan_embedding(ModelShape.preset("e5-large-v2"), traffic)
+
+
+def test_fails_traffic_longer_than_the_context():
+    traffic = RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=10, prompt_tokens=4000,
+                              output_tokens=500)
+    with pytest.raises(GenaiConstructsError, match=r"prompt_tokens \+ output_tokens \(4500\) exceeds llama-2-7b's"):
+        plan_inference(ModelShape.preset("llama-2-7b"), traffic)
+
+
+def test_fails_chunk_longer_than_encoder_context():
+    traffic = BatchTraffic(documents=10, tokens_per_document=100, deadline_hours=1, sequence_tokens=1024)
+    with pytest.raises(GenaiConstructsError, match=r"sequence_tokens \(1024\) exceeds bge-base-en-v1.5's max_context"):
+        plan_embedding(ModelShape.preset("bge-base-en-v1.5"), traffic)
+
+
+def test_fails_unknown_instance_in_restriction():
+    with pytest.raises(GenaiConstructsError, match=r"'p9.48xlarge' is not in the accelerator catalog"):
+        plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, instance_types=["p9.48xlarge"])
+
+
+def test_fails_unknown_runtime_for_planning():
+    with pytest.raises(GenaiConstructsError, match=r"runtime 'triton' is not one of"):
+        plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, runtime="triton")
