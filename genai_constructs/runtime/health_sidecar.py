@@ -260,7 +260,7 @@ def make_server(checker: Checker, host: str, port: int, path: str) -> ThreadingH
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description="Health sidecar for an OpenAI-compatible model server.")
     parser.add_argument("--upstream", default="http://127.0.0.1:8000", help="Model server base URL.")
     parser.add_argument("--model", default="", help="Model name for the probe; default: the first of /v1/models.")
     parser.add_argument("--host", default="0.0.0.0")  # noqa: S104 (the load balancer must reach it)

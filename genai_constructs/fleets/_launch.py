@@ -1,0 +1,324 @@
+"""The one place GPU and Neuron launch templates, AMIs, CloudWatch agent configs and user data are built.
+
+The inference fleet and the embedding fleet both call these functions, so a fix to the AMI, the metadata options or
+the root volume lands in every fleet at once. Everything here takes typed arguments and returns CDK objects or plain
+strings; nothing reads construct props.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import math
+import shlex
+from base64 import b64encode
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from aws_cdk import Aws, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+AcceleratorKind = Literal["nvidia", "neuron"]
+
+NVIDIA_DLAMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
+)
+"""AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Amazon Linux 2023): NVIDIA driver, CUDA, Docker and the NVIDIA
+container toolkit, nothing framework-specific, so the model server container brings its own stack."""
+NEURON_DLAMI_PARAMETER = "/aws/service/neuron/dlami/multi-framework/amazon-linux-2023/latest/image_id"
+"""Deep Learning AMI Neuron (Amazon Linux 2023), the multi-framework DLAMI the Neuron DLAMI guide lists for inf2 and
+trn1: Neuron driver, runtime and tools preinstalled."""
+ROOT_DEVICE_NAME = "/dev/xvda"
+"""Root device of the Amazon Linux 2023 DLAMIs; naming it resizes and encrypts the root rather than adding a disk."""
+DLAMI_ROOT_GIB = 100
+"""The DLAMI root snapshots are 75-100 GiB (the Neuron DLAMI's is 100 GiB); size for the larger."""
+CONTAINER_IMAGE_GIB = 40
+"""A vLLM GPU image is ~11 GB compressed; pulling it holds the layers and the unpacked image at once."""
+ROOT_VOLUME_HEADROOM = 0.2
+"""Room for logs, caches (torch compile, CUDA graphs) and a second model version during a refresh."""
+METADATA_HOP_LIMIT = 1
+"""One hop: the instance reaches IMDS, a container on a bridge network does not, so a compromised model server
+cannot lift the instance role's credentials through the bridge."""
+AGENT_METRICS_INTERVAL_S = 60
+"""CloudWatch agent collection interval; one minute matches the alarms' period and standard-resolution pricing."""
+SERVING_USER_DATA_TEMPLATE = "serve_model.sh"
+"""The bash body under genai_constructs/runtime/userdata/."""
+
+
+def dlami_parameter_name(accelerator: AcceleratorKind) -> str:
+    """The public SSM parameter naming the current DLAMI for ``accelerator``."""
+    return NEURON_DLAMI_PARAMETER if accelerator == "neuron" else NVIDIA_DLAMI_PARAMETER
+
+
+def gpu_machine_image(accelerator: AcceleratorKind) -> ec2.IMachineImage:
+    """The DLAMI for ``accelerator``, resolved from its public SSM parameter at deploy time.
+
+    Resolved on every deploy: a new DLAMI release changes the launch template, which the fleet rolls out through
+    its instance refresh like any other change. Pass a pinned image to the fleet to avoid that.
+    """
+    return ec2.MachineImage.from_ssm_parameter(dlami_parameter_name(accelerator), os=ec2.OperatingSystemType.LINUX)
+
+
+def root_volume_gib(weights_gib: float, *, os_gib: int = DLAMI_ROOT_GIB, image_gib: int = CONTAINER_IMAGE_GIB,
+                    headroom: float = ROOT_VOLUME_HEADROOM) -> int:
+    """Root volume size: the AMI, the server image and the weights cached on EBS, plus headroom, in GiB.
+
+    Weights live on the EBS root, never on instance store: a warm-pool instance is stopped, and a stop erases
+    instance store (EC2 Auto Scaling user guide, warm pools).
+    """
+    return int(math.ceil((os_gib + image_gib + weights_gib) * (1 + headroom)))
+
+
+def ebs_encryption_key(scope: Construct, id: str, *, description: str) -> kms.Key:
+    """A customer-managed KMS key for the fleet's EBS volumes, usable by EC2 Auto Scaling.
+
+    Auto Scaling launches instances through its service-linked role, which needs the key to create grants for
+    EBS; without this statement in the key policy every launch fails with ``Client.InternalError``. The role
+    ``AWSServiceRoleForAutoScaling`` must exist in the account (it does once any Auto Scaling group has been made;
+    otherwise ``aws iam create-service-linked-role --aws-service-name autoscaling.amazonaws.com``).
+    """
+    key = kms.Key(scope, id, enable_key_rotation=True, description=description)
+    service_role = iam.ArnPrincipal(
+        f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/autoscaling.amazonaws.com/"
+        "AWSServiceRoleForAutoScaling"
+    )
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="AutoScalingUseOfTheKey",
+        principals=[service_role],
+        actions=["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+        resources=["*"],  # in a key policy, "*" means this key
+    ))
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="AutoScalingGrantsForEbs",
+        principals=[service_role],
+        actions=["kms:CreateGrant"],
+        resources=["*"],
+        conditions={"Bool": {"kms:GrantIsForAWSResource": True}},
+    ))
+    return key
+
+
+def build_gpu_launch_template(
+    scope: Construct,
+    id: str,
+    *,
+    instance_type: str,
+    accelerator: AcceleratorKind,
+    role: iam.IRole,
+    security_group: ec2.ISecurityGroup,
+    user_data: ec2.UserData,
+    root_volume_size_gib: int,
+    encryption_key: kms.IKey,
+    machine_image: ec2.IMachineImage | None = None,
+    placement_group: ec2.IPlacementGroup | None = None,
+) -> ec2.LaunchTemplate:
+    """A launch template for an accelerated instance that serves or processes models.
+
+    IMDSv2 required (hop limit ``METADATA_HOP_LIMIT``); encrypted gp3 root of ``root_volume_size_gib`` with
+    ``encryption_key``; detailed (one-minute) monitoring; no public IP; the DLAMI for ``accelerator`` unless
+    ``machine_image`` is given.
+    """
+    return ec2.LaunchTemplate(
+        scope, id,
+        instance_type=ec2.InstanceType(instance_type),
+        machine_image=machine_image or gpu_machine_image(accelerator),
+        role=role,
+        security_group=security_group,
+        user_data=user_data,
+        require_imdsv2=True,
+        http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
+        http_put_response_hop_limit=METADATA_HOP_LIMIT,
+        detailed_monitoring=True,
+        associate_public_ip_address=False,
+        ebs_optimized=True,
+        placement_group=placement_group,
+        block_devices=[ec2.BlockDevice(
+            device_name=ROOT_DEVICE_NAME,
+            volume=ec2.BlockDeviceVolume.ebs(
+                root_volume_size_gib,
+                volume_type=ec2.EbsDeviceVolumeType.GP3,
+                encrypted=True,
+                kms_key=encryption_key,
+                delete_on_termination=True,
+            ),
+        )],
+    )
+
+
+def cloudwatch_agent_config(
+    *,
+    namespace: str,
+    log_group_name: str,
+    log_files: Mapping[str, str],
+    accelerator: AcceleratorKind,
+    emf_listener: bool = True,
+) -> dict[str, Any]:
+    """CloudWatch agent configuration for an accelerated instance.
+
+    Metrics go to ``namespace`` with ``AutoScalingGroupName`` and ``InstanceId`` dimensions, aggregated per Auto
+    Scaling group: GPU utilization and memory (``nvidia_gpu``, NVIDIA only), memory, root disk, network. Each of
+    ``log_files`` (path -> log stream prefix) is shipped to ``log_group_name``; with ``emf_listener`` the agent also
+    accepts embedded-metric-format records on 127.0.0.1:25888 (the health sidecar's token and in-flight counts).
+    """
+    measurements: dict[str, Any] = {
+        "mem": {"measurement": ["mem_used_percent"]},
+        "disk": {"measurement": ["used_percent"], "resources": ["/"], "drop_device": True},
+        "net": {"measurement": ["bytes_sent", "bytes_recv"]},
+    }
+    if accelerator == "nvidia":
+        measurements["nvidia_gpu"] = {
+            "measurement": ["utilization_gpu", "utilization_memory", "memory_used", "memory_total", "memory_free"],
+        }
+    logs: dict[str, Any] = {
+        "logs_collected": {"files": {"collect_list": [
+            {"file_path": path, "log_group_name": log_group_name, "log_stream_name": f"{{instance_id}}/{stream}",
+             "timezone": "UTC"}
+            for path, stream in log_files.items()
+        ]}},
+    }
+    if emf_listener:
+        logs["metrics_collected"] = {"emf": {}}
+    return {
+        "agent": {"metrics_collection_interval": AGENT_METRICS_INTERVAL_S, "logfile":
+                  "/opt/aws/amazon-cloudwatch-agent/logs/amazon-cloudwatch-agent.log"},
+        "metrics": {
+            "namespace": namespace,
+            "append_dimensions": {"AutoScalingGroupName": "${aws:AutoScalingGroupName}",
+                                  "InstanceId": "${aws:InstanceId}"},
+            "aggregation_dimensions": [["AutoScalingGroupName"]],
+            "metrics_collected": measurements,
+        },
+        "logs": logs,
+    }
+
+
+@dataclass(frozen=True)
+class ServingUserData:
+    """Everything the serving user data needs; values may be CDK tokens (they are resolved at deploy time).
+
+    ``server_args`` are the arguments after the image; ``{model_dir}``, ``{tensor_parallel_size}``,
+    ``{max_num_seqs}``, ``{port}`` and ``{served_model_name}`` in them are filled in here.
+    """
+
+    model_bucket: str
+    model_prefix: str
+    model_version: str
+    manifest_name: str
+    image_uri: str
+    server_entrypoint: str
+    server_args: Sequence[str]
+    served_model_name: str
+    server_port: int
+    tensor_parallel_size: int
+    max_num_seqs: int
+    health_port: int
+    health_path: str
+    health_probe_timeout_s: float
+    accelerator: AcceleratorKind
+    region: str
+    metric_namespace: str
+    fleet_name: str
+    log_group_name: str
+    cloudwatch_agent_config: Mapping[str, Any]
+    fetch_timeout_s: int
+    models_root: str = "/opt/models"
+    container_model_dir: str = "/models/current"
+    extra_settings: Mapping[str, str] = field(default_factory=dict)
+
+
+_RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+
+
+def _minified_python(source: str) -> str:
+    """The same program without docstrings and comments (user data is capped at 16 KB)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            if len(body) == 1:
+                body[0] = ast.Pass()
+            else:
+                del body[0]
+    return ast.unparse(tree) + "\n"
+
+
+def _sidecar_payload() -> str:
+    source = _minified_python((_RUNTIME_DIR / "health_sidecar.py").read_text())
+    return b64encode(gzip.compress(source.encode(), mtime=0)).decode()
+
+
+def _without_comment_lines(script: str) -> str:
+    """Drop whole-line comments (keeping shellcheck directives) and blank lines: user data is capped at 16 KB."""
+    kept = [line for line in script.splitlines()
+            if line.strip() and (not line.lstrip().startswith("#") or "shellcheck" in line)]
+    return "\n".join(kept) + "\n"
+
+
+def _template(name: str) -> str:
+    return _without_comment_lines((_RUNTIME_DIR / "userdata" / name).read_text())
+
+
+def render_serving_user_data(settings: ServingUserData) -> str:
+    """The serving user data as one bash script: a block of readonly, shell-quoted settings, then the template.
+
+    The template is static; only the settings block varies, and every value in it passes through ``shlex.quote``,
+    so no value can inject shell code.
+    """
+    fill = {
+        "model_dir": settings.container_model_dir,
+        "tensor_parallel_size": str(settings.tensor_parallel_size),
+        "max_num_seqs": str(settings.max_num_seqs),
+        "port": str(settings.server_port),
+        "served_model_name": settings.served_model_name,
+    }
+    args = [arg.format(**fill) for arg in settings.server_args]
+    scalars: dict[str, str] = {
+        "MODEL_BUCKET": settings.model_bucket,
+        "MODEL_PREFIX": settings.model_prefix,
+        "MODEL_VERSION": settings.model_version,
+        "MANIFEST_NAME": settings.manifest_name,
+        "MODELS_ROOT": settings.models_root,
+        "CONTAINER_MODEL_DIR": settings.container_model_dir,
+        "IMAGE_URI": settings.image_uri,
+        "SERVER_ENTRYPOINT": settings.server_entrypoint,
+        "SERVED_MODEL_NAME": settings.served_model_name,
+        "SERVER_PORT": str(settings.server_port),
+        "TENSOR_PARALLEL_SIZE": str(settings.tensor_parallel_size),
+        "MAX_NUM_SEQS": str(settings.max_num_seqs),
+        "HEALTH_PORT": str(settings.health_port),
+        "HEALTH_PATH": settings.health_path,
+        "HEALTH_PROBE_TIMEOUT_S": f"{settings.health_probe_timeout_s:g}",
+        "ACCELERATOR_KIND": settings.accelerator,
+        "AWS_REGION_NAME": settings.region,
+        "METRIC_NAMESPACE": settings.metric_namespace,
+        "FLEET_NAME": settings.fleet_name,
+        "LOG_GROUP_NAME": settings.log_group_name,
+        "FETCH_TIMEOUT_S": str(settings.fetch_timeout_s),
+        "CW_AGENT_CONFIG": json.dumps(settings.cloudwatch_agent_config, sort_keys=True, separators=(",", ":")),
+        "SIDECAR_PY_GZ_B64": _sidecar_payload(),
+        **settings.extra_settings,
+    }
+    lines = ["#!/bin/bash", "# Rendered by genai_constructs.fleets._launch.render_serving_user_data: settings first."]
+    for name, value in scalars.items():
+        if name == "CW_AGENT_CONFIG":  # its ${aws:...} placeholders are for the agent, not the shell
+            lines.append("# shellcheck disable=SC2016")
+        lines.append(f"readonly {name}={shlex.quote(value)}")
+    lines.append(f"readonly -a SERVER_ARGS=({' '.join(shlex.quote(a) for a in args)})")
+    return "\n".join(lines) + "\n" + _template(SERVING_USER_DATA_TEMPLATE)
+
+
+def user_data_from_script(script: str) -> ec2.UserData:
+    """Wrap a rendered script (which carries its own shebang) as EC2 user data."""
+    return ec2.UserData.custom(script)
+
+
+def region_of(scope: Construct) -> str:
+    """The stack's region (a token for environment-agnostic stacks)."""
+    return Stack.of(scope).region
