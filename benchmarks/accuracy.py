@@ -21,5 +21,18 @@ def main() -> None:
             print(f"row {c.row_id} left out: {c.excluded}")
 
 
+def encoders() -> None:
+    from genai_constructs.planner.validation import compare_embeddings
+
+    print("\nencoders (per device)")
+    comparisons = compare_embeddings()
+    for c in comparisons:
+        mark = f"  (left out: {c.excluded})" if c.excluded else ""
+        print(f"{c.row_id:>3}  {c.label:<72}{c.measured:>9.0f}{c.predicted:>9.0f}{c.error:>+8.1%}{mark}")
+    median, worst = error_summary(comparisons)
+    print(f"median absolute error {median:.1%}, worst {worst:.1%}")
+
+
 if __name__ == "__main__":
     main()
+    encoders()

@@ -84,3 +84,33 @@ def error_summary(comparisons: list[Comparison]) -> tuple[float, float]:
     """(median, worst) absolute relative error over the rows not excluded."""
     errors = [abs(c.error) for c in comparisons if c.excluded is None]
     return statistics.median(errors), max(errors)
+
+
+# --- encoders --------------------------------------------------------------------------------------------------------
+
+_ENCODER_ARCHITECTURE = {"bert-base": "bge-base-en-v1.5", "bert-large": "bge-large-en-v1.5"}
+"""BERT-base/large share the BGE v1.5 architectures (BGE is a BERT encoder), so the presets describe them."""
+_HARDWARE_INSTANCE = {"A100-SXM4-80GB (p4de)": "p4de.24xlarge", "L4 (g6)": "g6.xlarge", "inf2.xlarge": "inf2.xlarge"}
+EXCLUDED_EMBEDDING_RUNTIMES = {
+    "PyTorch FP32": "FP32 on CUDA cores (not tensor cores) is a different roofline the planner never plans for: "
+                    "GPU encoders are served in fp16.",
+}
+
+
+def compare_embeddings() -> list[Comparison]:
+    """Encoder throughput per device, predicted vs published (samples/s = tokens/s / sequence length)."""
+    from genai_constructs.planner.planning import encoder_tokens_per_s
+
+    catalog = load_catalog()
+    comparisons = []
+    for index, row in enumerate(catalog.embedding_benchmarks, start=1):
+        model = ModelShape.preset(_ENCODER_ARCHITECTURE.get(row["model"], row["model"]))
+        instance = catalog.instance(_HARDWARE_INSTANCE[row["hardware"]])
+        sequence = int(str(row["seq_len"]).lstrip("~"))
+        per_device = encoder_tokens_per_s(model, instance, sequence) / instance.accelerator_count
+        label = f"{row['model']} {row['hardware']} seq {sequence} ({row['runtime']})"
+        comparisons.append(Comparison(
+            row_id=index, label=label, metric=str(row["metric"]), measured=float(row["value"]),
+            predicted=per_device / sequence, excluded=EXCLUDED_EMBEDDING_RUNTIMES.get(str(row["runtime"])),
+        ))
+    return comparisons

@@ -135,3 +135,11 @@ def test_tpot_never_falls_as_concurrency_rises(instance, low, more):
     a = estimate(LLAMA_8B, instance, concurrency=low)
     b = estimate(LLAMA_8B, instance, concurrency=low + more)
     assert b.tpot_ms >= a.tpot_ms
+
+
+def test_encoder_throughput_matches_published_benchmarks():
+    from genai_constructs.planner.validation import compare_embeddings
+
+    comparisons = compare_embeddings()
+    median, worst = error_summary(comparisons)
+    assert median <= 0.15 and worst <= 0.35, [(c.label, round(c.error, 3)) for c in comparisons]
