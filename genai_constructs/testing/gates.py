@@ -1,0 +1,200 @@
+"""Compliance gates on synthesized CloudFormation templates, reusable from tests and scripts.
+
+- :func:`cfn_lint`: every cfn-lint error and warning (the gate is 0 and 0).
+- :func:`checkov`: checkov's failed checks, minus skips that each carry a reason; a skip that matches nothing is
+  reported too, so stale justifications do not pile up.
+- :func:`nag_acknowledgments`: the cdk-nag acknowledgments recorded in a cloud assembly, with their reasons, so a test
+  can print the count and the README can list them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAG_PACK_PREFIXES = ("AwsSolutions-", "NIST.800.53.R5-", "HIPAA.Security-")
+"""Rule id prefixes of the three cdk-nag packs the examples run."""
+ACKNOWLEDGED_RULES_METADATA = "aws:cdk:acknowledged-rules"
+"""Metadata type under which ``Validations.of(x).acknowledge(...)`` records rule id -> reason."""
+CFN_LINT_REGIONS = ("us-east-1",)
+"""Region the templates are linted for; the examples are region-agnostic, us-east-1 has every GPU family."""
+
+
+# --------------------------------------------------------------------------------------------------- cfn-lint
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    """One cfn-lint match: rule id (E..., W..., I...), where, and the message."""
+
+    rule_id: str
+    path: str
+    line: int
+    message: str
+
+    @property
+    def severity(self) -> str:
+        return {"E": "error", "W": "warning", "I": "informational"}.get(self.rule_id[:1], "error")
+
+    def __str__(self) -> str:
+        return f"{self.rule_id} {self.path}:{self.line} {self.message}"
+
+
+def cfn_lint(template: Path | Mapping[str, Any], *, regions: Iterable[str] = CFN_LINT_REGIONS) -> list[LintFinding]:
+    """Run cfn-lint on a template file or dict; return its errors and warnings (informational matches dropped)."""
+    from cfnlint.api import ManualArgs, lint  # type: ignore[import-untyped]
+
+    if isinstance(template, Path):
+        text, where = template.read_text(), str(template)
+    else:
+        text, where = json.dumps(template), "<template>"
+    matches = lint(text, config=ManualArgs(regions=list(regions)))
+    findings = [LintFinding(rule_id=m.rule.id, path=where, line=m.linenumber, message=m.message) for m in matches]
+    return [f for f in findings if f.severity != "informational"]
+
+
+# --------------------------------------------------------------------------------------------------- checkov
+
+
+@dataclass(frozen=True)
+class CheckovFinding:
+    """One failed checkov check on one resource (``AWS::S3::Bucket.Bucket83908E77``)."""
+
+    check_id: str
+    check_name: str
+    resource: str
+
+    @property
+    def logical_id(self) -> str:
+        return self.resource.split(".", 1)[-1]
+
+    def __str__(self) -> str:
+        return f"{self.check_id} on {self.resource}: {self.check_name}"
+
+
+@dataclass(frozen=True)
+class CheckovResult:
+    """Checkov on one template: failures not skipped, skips used (key -> reason), skips that matched nothing."""
+
+    failed: list[CheckovFinding]
+    skipped: dict[str, str]
+    unused_skips: list[str]
+    passed: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.unused_skips
+
+
+def _skip_matches(key: str, finding: CheckovFinding) -> bool:
+    """A skip key is ``CHECK_ID`` (every resource) or ``CHECK_ID:LogicalIdPrefix`` (resources whose id starts so)."""
+    check_id, _, prefix = key.partition(":")
+    return check_id == finding.check_id and finding.logical_id.startswith(prefix)
+
+
+def checkov(template: Path | Mapping[str, Any], *, skips: Mapping[str, str] | None = None) -> CheckovResult:
+    """Run checkov's CloudFormation checks in-process on a template; apply ``skips`` (key -> reason).
+
+    Every skip must carry a non-empty reason (``ValueError`` otherwise). In-process, checkov neither prints its
+    banner nor checks PyPI for updates, and it makes no call to Prisma Cloud without an API key.
+    """
+    skips = dict(skips or {})
+    unjustified = [key for key, reason in skips.items() if not reason or not reason.strip()]
+    if unjustified:
+        raise ValueError(f"checkov skips need a reason: {unjustified}")
+    import tempfile
+
+    from checkov.cloudformation.runner import Runner
+    from checkov.runner_filter import RunnerFilter
+
+    with tempfile.TemporaryDirectory(prefix="checkov-") as scratch:
+        if isinstance(template, Path):
+            path = template
+        else:
+            path = Path(scratch) / "template.json"
+            path.write_text(json.dumps(template))
+        report = Runner().run(
+            root_folder=None, files=[str(path)], runner_filter=RunnerFilter(framework=["cloudformation"])
+        )
+    if isinstance(report, list):  # the runner returns a list when it has several reports
+        failed_checks = [c for r in report for c in r.failed_checks]
+        passed = sum(len(r.passed_checks) for r in report)
+    else:
+        failed_checks, passed = list(report.failed_checks), len(report.passed_checks)
+    findings = [CheckovFinding(c.check_id, c.check_name, c.resource) for c in failed_checks]
+    used: dict[str, str] = {}
+    remaining = []
+    for finding in findings:
+        key = next((k for k in skips if _skip_matches(k, finding)), None)
+        if key is None:
+            remaining.append(finding)
+        else:
+            used[key] = skips[key]
+    unused = sorted(set(skips) - set(used))
+    return CheckovResult(failed=remaining, skipped=used, unused_skips=unused, passed=passed)
+
+
+# --------------------------------------------------------------------------------------------------- cdk-nag
+
+
+@dataclass(frozen=True)
+class Acknowledgment:
+    """A cdk-nag finding acknowledged on a construct path, with its reason."""
+
+    stack: str
+    path: str
+    rule_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.rule_id} on {self.path}: {self.reason}"
+
+
+def _stack_metadata(assembly: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    manifest = json.loads((assembly / "manifest.json").read_text())
+    result: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for artifact_id, artifact in manifest.get("artifacts", {}).items():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        metadata: dict[str, list[dict[str, Any]]] = dict(artifact.get("metadata", {}))
+        extra = artifact.get("additionalMetadataFile")
+        if extra and (assembly / extra).exists():
+            for path, entries in json.loads((assembly / extra).read_text()).items():
+                metadata.setdefault(path, []).extend(entries)
+        result[artifact.get("properties", {}).get("stackName", artifact_id)] = metadata
+    return result
+
+
+def _nag_rule_id(recorded: str) -> str | None:
+    """``Annotation::AwsSolutions-IAM5[Resource::*]`` or ``AwsSolutions::AwsSolutions-S1`` -> the nag rule id."""
+    for candidate in (recorded, recorded.split("::", 1)[-1]):
+        if candidate.startswith(NAG_PACK_PREFIXES):
+            return candidate
+    return None
+
+
+def nag_acknowledgments(assembly: Path) -> list[Acknowledgment]:
+    """Every cdk-nag acknowledgment in a cloud assembly (rules of the three packs; CDK's own ones left out)."""
+    found = []
+    for stack, metadata in _stack_metadata(assembly).items():
+        for path, entries in metadata.items():
+            for entry in entries:
+                if entry.get("type") != ACKNOWLEDGED_RULES_METADATA:
+                    continue
+                for recorded, reason in dict(entry.get("data") or {}).items():
+                    rule_id = _nag_rule_id(str(recorded))
+                    if rule_id is not None:
+                        found.append(Acknowledgment(stack, path.lstrip("/"), rule_id, str(reason)))
+    return sorted(found, key=lambda a: (a.stack, a.path, a.rule_id))
+
+
+def format_acknowledgments(acknowledgments: Iterable[Acknowledgment]) -> str:
+    """A Markdown table of acknowledgments (rule, construct path, reason), for the README."""
+    lines = ["| rule | construct | reason |", "|---|---|---|"]
+    for ack in acknowledgments:
+        reason = ack.reason.replace("|", "\\|")
+        lines.append(f"| `{ack.rule_id}` | `{ack.path}` | {reason} |")
+    return "\n".join(lines)
