@@ -153,14 +153,14 @@ class ModelShape(_Frozen):
         return shape
 
 
-def _llama(params: float, layers: int, hidden: int, heads: int, kv: int, vocab: int, ctx: int, dtype: str) -> dict:
+def _llama(params: float, layers: int, hidden: int, heads: int, kv: int, vocab: int, ctx: int, dtype: str) -> dict[str, Any]:
     return dict(
         kind="decoder", parameters_billion=params, layers=layers, hidden_size=hidden, attention_heads=heads,
         kv_heads=kv, head_dim=hidden // heads, vocabulary=vocab, max_context=ctx, precision=Precision(dtype),
     )
 
 
-def _bert(params: float, layers: int, hidden: int, heads: int) -> dict:
+def _bert(params: float, layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return dict(
         kind="encoder", parameters_billion=params, layers=layers, hidden_size=hidden, attention_heads=heads,
         kv_heads=heads, head_dim=hidden // heads, vocabulary=30522, max_context=512, precision=Precision.FP16,
@@ -171,7 +171,7 @@ def _bert(params: float, layers: int, hidden: int, heads: int) -> dict:
 # num_attention_heads, num_key_value_heads, vocab_size, max_position_embeddings, torch_dtype); parameter counts
 # from the model cards. Encoders are served in fp16 on GPU (their checkpoints are fp32; fp16 halves memory
 # traffic with no measurable loss in retrieval quality, and is what TEI and Infinity serve by default).
-MODEL_PRESETS: dict[str, dict] = {
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "llama-2-7b": _llama(6.74, 32, 4096, 32, 32, 32000, 4096, "fp16"),
     "llama-2-13b": _llama(13.0, 40, 5120, 40, 40, 32000, 4096, "fp16"),
     "llama-2-70b": _llama(68.98, 80, 8192, 64, 8, 32000, 4096, "fp16"),
