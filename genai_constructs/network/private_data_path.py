@@ -125,7 +125,7 @@ def _construct_id(short_name: str) -> str:
 
 def _select(vpc: ec2.IVpc, selection: ec2.SubnetSelection, **overrides: object) -> ec2.SelectedSubnets:
     # jsii takes a struct's fields as keyword arguments; SubnetSelection keeps them in _values.
-    return vpc.select_subnets(**{**selection._values, **overrides})  # type: ignore[attr-defined]
+    return vpc.select_subnets(**{**selection._values, **overrides})
 
 
 def _check_cidr(argument: str, value: object, problems: list[str]) -> ipaddress.IPv4Network | None:

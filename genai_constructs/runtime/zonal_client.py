@@ -76,12 +76,12 @@ def availability_zone(*, base_url: str = IMDS_BASE_URL, timeout_s: float = DEFAU
             f"{base_url}/latest/api/token", method="PUT",
             headers={"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)})
         with urllib.request.urlopen(put, timeout=timeout_s) as response:
-            token = response.read().decode().strip()
+            token: str = response.read().decode().strip()
         get = urllib.request.Request(
             f"{base_url}/latest/meta-data/placement/availability-zone",
             headers={"X-aws-ec2-metadata-token": token})
         with urllib.request.urlopen(get, timeout=timeout_s) as response:
-            zone = response.read().decode().strip()
+            zone: str = response.read().decode().strip()
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise ZoneLookupError(f"IMDSv2 at {base_url} gave no availability zone: {error}") from error
     if zone_of(zone) != zone:
@@ -93,7 +93,7 @@ def zone_of(dns_name: str) -> str | None:
     """The AZ a zonal DNS name belongs to, or None for a regional (any-zone) name."""
     first_label = dns_name.strip().rstrip(".").split(".", 1)[0].lower()
     match = _AZ_IN_LABEL.search(first_label)
-    return match.group(1) if match else None
+    return str(match.group(1)) if match else None
 
 
 def _names(entries: str | Iterable[str]) -> list[str]:
