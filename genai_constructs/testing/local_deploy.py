@@ -38,6 +38,8 @@ LOCAL_CONTEXT_KEY = "local"
 """Context key that selects the bootstrapless synthesizer: ``cdk deploy -c local=true``."""
 LOCAL_ENV_VAR = "GENAI_CONSTRUCTS_LOCAL"
 """Environment variable with the same effect as the context key, for apps that read no context."""
+LOCAL_ASSETS_BUCKET = "genai-constructs-local-assets"
+"""Bucket in moto the CDK CLI publishes file assets (custom resource Lambda code) to; created before each deploy."""
 LOOPBACK = "127.0.0.1"
 """moto listens on loopback only: nothing leaves the machine."""
 REGION = "us-east-1"
@@ -63,15 +65,19 @@ def is_local(scope: IConstruct) -> bool:
 
 
 def stack_synthesizer(scope: IConstruct) -> Any:
-    """The synthesizer a stack under ``scope`` should use: bootstrapless for the local emulator, else ``None``.
+    """The synthesizer a stack under ``scope`` should use: bootstrap-free for the local emulator, else ``None``.
 
     ``None`` keeps the CDK default (``DefaultStackSynthesizer``), which is what users deploying to AWS need.
+    Locally it is a ``CliCredentialsStackSynthesizer`` publishing file assets to ``LOCAL_ASSETS_BUCKET`` (the
+    harness creates it in moto): like ``BootstraplessSynthesizer`` it needs no bootstrap stack, no roles and no
+    bootstrap version parameter, but it also accepts assets (the custom resource CDK adds to restrict a VPC's
+    default security group ships its Lambda code as one).
     """
     if not is_local(scope):
         return None
-    from aws_cdk import BootstraplessSynthesizer
+    from aws_cdk import CliCredentialsStackSynthesizer
 
-    return BootstraplessSynthesizer()
+    return CliCredentialsStackSynthesizer(file_assets_bucket_name=LOCAL_ASSETS_BUCKET, bucket_prefix="")
 
 
 class LocalDeployError(RuntimeError):
@@ -217,6 +223,9 @@ def find_cdk_cli(start: Path | None = None) -> list[str]:
 def _cli_env(server: MotoServer, cdk_home: Path) -> dict[str, str]:
     env = server.env()
     env.update(
+        # moto finds a template uploaded to its S3 only when the URL's host is "localhost"; it still resolves to
+        # the loopback address moto listens on.
+        AWS_ENDPOINT_URL=f"http://localhost:{server.port}",
         CDK_HOME=str(cdk_home),  # keeps the CLI's cache and settings out of ~/.cdk
         CDK_DISABLE_VERSION_CHECK="1",  # the version check calls the npm registry
         CDK_DISABLE_CLI_TELEMETRY="true",
@@ -354,6 +363,89 @@ def synth_local(build: Callable[[Any], object], outdir: Path | None = None) -> P
     build(app)
     app.synth()
     return outdir
+
+
+CUSTOM_RESOURCE_TYPES = ("AWS::CloudFormation::CustomResource",)
+"""Plus every ``Custom::*`` type: moto runs a custom resource's Lambda only in Docker and waits for its answer."""
+
+
+def _is_custom_resource(resource_type: str) -> bool:
+    return resource_type.startswith("Custom::") or resource_type in CUSTOM_RESOURCE_TYPES
+
+
+def _references(value: Any) -> set[str]:
+    """Logical ids a template fragment points at through Ref, Fn::GetAtt or Fn::Sub."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, arg in value.items():
+            if key == "Ref" and isinstance(arg, str):
+                found.add(arg)
+            elif key == "Fn::GetAtt":
+                found.add(arg[0] if isinstance(arg, list) else str(arg).split(".", 1)[0])
+            elif key == "Fn::Sub":
+                text = arg[0] if isinstance(arg, list) else arg
+                found.update(name.split(".", 1)[0] for name in re.findall(r"\$\{([^}!]+)\}", str(text)))
+            found |= _references(arg)
+    elif isinstance(value, list):
+        for item in value:
+            found |= _references(item)
+    return found
+
+
+def strip_custom_resources(template: dict[str, Any]) -> list[tuple[str, str]]:
+    """Remove custom resources (and what refers to them) from ``template`` in place; return (logical id, type).
+
+    moto accepts them but never finishes creating them without Docker, so the stack would wait forever;
+    they stay in the real template and are reported as template-only.
+    """
+    resources = template.get("Resources", {})
+    removed = {k for k, v in resources.items() if _is_custom_resource(str(v.get("Type")))}
+    changed = True
+    while changed:
+        changed = False
+        for logical, resource in list(resources.items()):
+            if logical in removed:
+                continue
+            body = {k: v for k, v in resource.items() if k != "DependsOn"}
+            if _references(body) & removed:
+                removed.add(logical)
+                changed = True
+    result = [(logical, str(resources[logical]["Type"])) for logical in sorted(removed)]
+    for logical in removed:
+        del resources[logical]
+    for resource in resources.values():
+        depends = resource.get("DependsOn")
+        if isinstance(depends, str) and depends in removed:
+            del resource["DependsOn"]
+        elif isinstance(depends, list):
+            kept = [d for d in depends if d not in removed]
+            if kept:
+                resource["DependsOn"] = kept
+            else:
+                del resource["DependsOn"]
+    outputs = template.get("Outputs", {})
+    for name in [n for n, o in outputs.items() if _references(o) & removed]:
+        del outputs[name]
+    return result
+
+
+def assembly_for_moto(assembly: Path) -> tuple[Path, dict[str, list[tuple[str, str]]]]:
+    """A copy of ``assembly`` that moto can deploy: custom resources stripped; returns it and what was removed."""
+    copy = Path(tempfile.mkdtemp(prefix="cdk-moto-assembly-")) / "cdk.out"
+    shutil.copytree(assembly, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    removed: dict[str, list[tuple[str, str]]] = {}
+    for artifact_id, artifact in manifest.get("artifacts", {}).items():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        properties = artifact.get("properties", {})
+        path = copy / properties["templateFile"]
+        template = json.loads(path.read_text())
+        stripped = strip_custom_resources(template)
+        if stripped:
+            path.write_text(json.dumps(template, indent=1))
+        removed[properties.get("stackName", artifact_id)] = stripped
+    return copy, removed
 
 
 def assembly_stacks(assembly: Path) -> dict[str, dict[str, Any]]:
@@ -573,7 +665,7 @@ def verify_vpc_endpoints(ctx: StackContext) -> list[Check]:
             if want != got:
                 problems.append(f"policy statements {got} != template {want}")
             policy_note = f"policy with {len(want)} statement(s)"
-        short = str(service or endpoint["ServiceName"]).rsplit(".", 1)[-1]
+        short = str(service or endpoint["ServiceName"]).split(f".{REGION}.", 1)[-1]
         detail = f"{short} ({kind}, {policy_note})" if not problems else f"{short}: " + "; ".join(problems)
         checks.append(Check(ctx.name, "VPC endpoint", not problems, detail))
     return checks
@@ -830,11 +922,31 @@ def verify_skipped_by_moto(ctx: StackContext) -> list[Check]:
         ok = bool(strategy) and bool(used_by)
         detail = f"{logical}: strategy {strategy}, used by {', '.join(used_by) or 'nothing'}"
         checks.append(Check(ctx.name, "placement group", ok, detail, "template"))
+    for logical, resource in resources.items():
+        if not _is_custom_resource(str(resource["Type"])):
+            continue
+        token = _references(resource.get("Properties", {}).get("ServiceToken"))
+        provider_ok = bool(token) and all(t in ctx.physical for t in token)
+        checks.append(
+            Check(
+                ctx.name,
+                "custom resource",
+                provider_ok,
+                f"{resource['Type']}: provider {', '.join(sorted(token)) or '?'} "
+                + (
+                    "deployed; the resource itself is left out (moto runs its Lambda only in Docker)"
+                    if provider_ok
+                    else "not deployed"
+                ),
+                "template",
+            )
+        )
+    template_only = [r for r in resources.values() if r["Type"] in MOTO_SKIPS or _is_custom_resource(str(r["Type"]))]
     not_created = sorted(
-        {r["Type"] for logical, r in resources.items() if logical not in ctx.physical and r["Type"] not in MOTO_SKIPS}
+        {r["Type"] for logical, r in resources.items() if logical not in ctx.physical and r not in template_only}
     )
     created = sum(1 for logical in resources if logical in ctx.physical)
-    skipped = sorted({r["Type"].split("::", 1)[1] for r in resources.values() if r["Type"] in MOTO_SKIPS})
+    skipped = sorted({str(r["Type"]).split("::", 1)[1] for r in template_only})
     checks.append(
         Check(
             ctx.name,
@@ -1012,9 +1124,11 @@ def _deploy_and_verify(
     if not _is_assembly(app):
         app, synth_seconds = cdk_synth(server, str(app), cwd=cwd)
     assembly = Path(app)
-    seed_ssm_parameters(server, assembly_stacks(assembly))
-    run = cdk_deploy(server, assembly, stacks=stacks, concurrency=concurrency, cwd=cwd)
     templates = assembly_stacks(assembly)
+    seed_ssm_parameters(server, templates)
+    server.session().client("s3").create_bucket(Bucket=LOCAL_ASSETS_BUCKET)
+    deployable, _removed = assembly_for_moto(assembly)
+    run = cdk_deploy(server, deployable, stacks=stacks, concurrency=concurrency, cwd=cwd)
     names = [n for n in templates if not stacks or n in stacks]
     session = server.session()
     checks = [check for name in names for check in verify_stack(session, name, templates[name], verifiers)]
