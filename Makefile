@@ -14,7 +14,7 @@ setup: $(STAMP) $(NODE_STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,worker]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
