@@ -70,6 +70,19 @@ FAMILY_GUIDE: dict[str, tuple[str, str]] = {
 }
 
 
+# EC2 service quotas are counted in vCPUs per family group (Service Quotas console, "Amazon EC2" service).
+_QUOTA_NAMES = {"g": "G and VT", "p": "P", "inf": "Inf", "trn": "Trn"}
+
+
+def vcpu_quota_note(instance: InstanceType, instances: int, *, spot: bool = False) -> str:
+    """The service quota a fleet of ``instances`` needs, in the vCPUs AWS counts it in."""
+    prefix = "inf" if instance.family.startswith("inf") else "trn" if instance.family.startswith("trn") else instance.family[0]
+    group = _QUOTA_NAMES.get(prefix, instance.family)
+    kind = f"All {group} Spot Instance Requests" if spot else f"Running On-Demand {group} instances"
+    return (f"Quota: '{kind}' must allow {instance.vcpu * instances} vCPUs "
+            f"({instances} x {instance.instance_type} at {instance.vcpu} vCPUs); new accounts often start at 0.")
+
+
 def _guide(family: str) -> tuple[str, str]:
     return FAMILY_GUIDE.get(family, ("Accelerator memory bandwidth during decode.", "Right-size concurrency per instance."))
 
@@ -211,7 +224,7 @@ def plan_inference(
         f"{load_catalog().price_date}) makes the peak fleet ${fleet_cost:.2f}/h, the cheapest of {len(ranked)} options "
         f"that meet the targets, at ${per_million:.2f} per 1M output tokens.",
     ]
-    notes = [f"{o.instance_type}: {o.note}" for o in unpriced]
+    notes = [vcpu_quota_note(chosen, instances)] + [f"{o.instance_type}: {o.note}" for o in unpriced]
     if not include_neuron and instance_types is None:
         notes.append("Inferentia2/Trainium were not ranked (include_neuron=False): they need a Neuron-compiled model.")
     alternatives = [
@@ -337,7 +350,7 @@ def plan_embedding(
         f"${chosen.on_demand_usd_per_hour:.3f}/h on-demand gives ${per_million:.4f} per 1M tokens, the cheapest of "
         f"{len(ranked)} options that meet the deadline" + (" (Spot lowers it further)." if spot else "."),
     ]
-    notes = [f"{o.instance_type}: {o.note}" for o in unpriced]
+    notes = [vcpu_quota_note(chosen, instances, spot=spot)] + [f"{o.instance_type}: {o.note}" for o in unpriced]
     if not include_neuron and instance_types is None:
         notes.append("Inferentia2 was not ranked (include_neuron=False): it needs a Neuron-compiled encoder.")
     alternatives = [

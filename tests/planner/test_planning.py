@@ -173,3 +173,15 @@ def test_fails_unknown_instance_in_restriction():
 def test_fails_unknown_runtime_for_planning():
     with pytest.raises(GenaiConstructsError, match=r"runtime 'triton' is not one of"):
         plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, runtime="triton")
+
+
+def test_plan_names_the_vcpu_quota_to_request(chat_70b):
+    # p4d.24xlarge has 96 vCPUs (EC2 DescribeInstanceTypes).
+    quota = next(n for n in chat_70b.notes if n.startswith("Quota"))
+    assert "Running On-Demand P instances" in quota
+    assert f"{96 * chat_70b.max_instances} vCPUs" in quota or chat_70b.instance_type != "p4d.24xlarge"
+
+
+def test_spot_plan_names_the_spot_quota():
+    plan = plan_embedding(ModelShape.preset("bge-large-en-v1.5"), EMBED)
+    assert any("All G and VT Spot Instance Requests" in n for n in plan.notes)
