@@ -13,7 +13,7 @@ from aws_cdk import App, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_s3 as s3
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from genai_constructs.errors import ConfigurationError
 from genai_constructs.network import DEFAULT_INTERFACE_ENDPOINTS, PrivateDataPath
@@ -314,6 +314,19 @@ def test_allow_bucket_name_accepts_a_token_without_checking_it() -> None:
     stack = Stack(App(), "S")
     net = PrivateDataPath(stack, "Net")
     net.allow_bucket_name(Fn.import_value("DataBucketName"))  # no ConfigurationError: a token is not checked
+
+
+def test_turning_off_secure_defaults_warns_and_drops_them() -> None:
+    stack = Stack(App(), "Loose")
+    PrivateDataPath(stack, "Net", max_azs=3, flow_logs=False, restrict_default_security_group=False)
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.any_value())
+    text = " ".join(str(w.entry.data) for w in warnings)
+    assert "flow_logs=False" in text
+    assert "restrict_default_security_group=False" in text
+    assert "max_azs=3 in an environment-agnostic stack" in text
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::EC2::FlowLog", 0)
+    template.resource_count_is("Custom::VpcRestrictDefaultSG", 0)
 
 
 # ---- Existing VPC -------------------------------------------------------------------------------------------------
