@@ -13,9 +13,13 @@ def main() -> None:
     print(f"{'row':>3}  {'workload':<52}{'metric':<21}{'measured':>10}{'predicted':>11}{'error':>8}")
     for c in comparisons:
         mark = "  (left out)" if c.excluded else ""
-        print(f"{c.row_id:>3}  {c.label:<52}{c.metric:<21}{c.measured:>10.2f}{c.predicted:>11.2f}{c.error:>+8.1%}{mark}")
+        print(
+            f"{c.row_id:>3}  {c.label:<52}{c.metric:<21}{c.measured:>10.2f}{c.predicted:>11.2f}{c.error:>+8.1%}{mark}"
+        )
     median, worst = error_summary(comparisons)
-    print(f"\nmedian absolute error {median:.1%}, worst {worst:.1%} over {sum(not c.excluded for c in comparisons)} rows")
+    print(
+        f"\nmedian absolute error {median:.1%}, worst {worst:.1%} over {sum(not c.excluded for c in comparisons)} rows"
+    )
     for c in comparisons:
         if c.excluded:
             print(f"row {c.row_id} left out: {c.excluded}")

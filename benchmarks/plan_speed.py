@@ -12,16 +12,35 @@ from genai_constructs.planner import load_catalog, plan_embedding, plan_inferenc
 from genai_constructs.workload import BatchTraffic, ModelShape, RealtimeTraffic
 
 WORKLOADS = [
-    ("llama-3.1-8b chat", lambda: plan_inference(ModelShape.preset("llama-3.1-8b"),
-                                                 RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20))),
-    ("llama-3.1-70b chat", lambda: plan_inference(ModelShape.preset("llama-3.1-70b"),
-                                                  RealtimeTraffic(concurrent_sessions=64, output_tokens_per_s_per_session=15))),
-    ("llama-3.1-8b chat incl. Neuron", lambda: plan_inference(
-        ModelShape.preset("llama-3.1-8b"), RealtimeTraffic(concurrent_sessions=500, output_tokens_per_s_per_session=10),
-        include_neuron=True)),
-    ("bge-large embedding", lambda: plan_embedding(ModelShape.preset("bge-large-en-v1.5"),
-                                                   BatchTraffic(documents=2_000_000, tokens_per_document=800,
-                                                                deadline_hours=12, spot_ok=True))),
+    (
+        "llama-3.1-8b chat",
+        lambda: plan_inference(
+            ModelShape.preset("llama-3.1-8b"),
+            RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20),
+        ),
+    ),
+    (
+        "llama-3.1-70b chat",
+        lambda: plan_inference(
+            ModelShape.preset("llama-3.1-70b"),
+            RealtimeTraffic(concurrent_sessions=64, output_tokens_per_s_per_session=15),
+        ),
+    ),
+    (
+        "llama-3.1-8b chat incl. Neuron",
+        lambda: plan_inference(
+            ModelShape.preset("llama-3.1-8b"),
+            RealtimeTraffic(concurrent_sessions=500, output_tokens_per_s_per_session=10),
+            include_neuron=True,
+        ),
+    ),
+    (
+        "bge-large embedding",
+        lambda: plan_embedding(
+            ModelShape.preset("bge-large-en-v1.5"),
+            BatchTraffic(documents=2_000_000, tokens_per_document=800, deadline_hours=12, spot_ok=True),
+        ),
+    ),
 ]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -19,8 +18,11 @@ from genai_constructs.workload import BatchTraffic, ModelShape, RealtimeTraffic
 DEMO_WORKLOADS: list[tuple[str, str, Any]] = [
     ("8B chat", "llama-3.1-8b", RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20)),
     ("70B chat", "llama-3.1-70b", RealtimeTraffic(concurrent_sessions=64, output_tokens_per_s_per_session=15)),
-    ("Batch embedding", "bge-large-en-v1.5",
-     BatchTraffic(documents=2_000_000, tokens_per_document=800, deadline_hours=12, spot_ok=True)),
+    (
+        "Batch embedding",
+        "bge-large-en-v1.5",
+        BatchTraffic(documents=2_000_000, tokens_per_document=800, deadline_hours=12, spot_ok=True),
+    ),
 ]
 
 
@@ -71,7 +73,9 @@ def _usd(value: float | None, digits: int = 2) -> str:
 
 
 def _estimate_table(e: Estimate) -> Table:
-    table = Table(title=f"{e.model_name} on {e.instance_type} ({e.devices} device(s), {e.runtime})", title_justify="left")
+    table = Table(
+        title=f"{e.model_name} on {e.instance_type} ({e.devices} device(s), {e.runtime})", title_justify="left"
+    )
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     rows = [
@@ -100,16 +104,29 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
             raise GenaiConstructsError(
                 "plan: an encoder needs --documents, --tokens-per-document and --deadline-hours (batch traffic)"
             )
-        traffic = BatchTraffic(documents=args.documents, tokens_per_document=args.tokens_per_document,
-                               deadline_hours=args.deadline_hours, spot_ok=args.spot)
+        traffic = BatchTraffic(
+            documents=args.documents,
+            tokens_per_document=args.tokens_per_document,
+            deadline_hours=args.deadline_hours,
+            spot_ok=args.spot,
+        )
         plan = plan_embedding(model, traffic, include_neuron=args.include_neuron)
     else:
         if args.sessions is None or args.tokens_per_s is None:
             raise GenaiConstructsError("plan: a decoder needs --sessions and --tokens-per-s (real-time traffic)")
-        extra = {k: v for k, v in (("prompt_tokens", args.prompt_tokens), ("output_tokens", args.output_tokens),
-                                   ("p95_ttft_ms", args.p95_ttft_ms), ("p95_tpot_ms", args.p95_tpot_ms)) if v is not None}
-        realtime = RealtimeTraffic(concurrent_sessions=args.sessions, output_tokens_per_s_per_session=args.tokens_per_s,
-                                   **extra)
+        extra = {
+            k: v
+            for k, v in (
+                ("prompt_tokens", args.prompt_tokens),
+                ("output_tokens", args.output_tokens),
+                ("p95_ttft_ms", args.p95_ttft_ms),
+                ("p95_tpot_ms", args.p95_tpot_ms),
+            )
+            if v is not None
+        }
+        realtime = RealtimeTraffic(
+            concurrent_sessions=args.sessions, output_tokens_per_s_per_session=args.tokens_per_s, **extra
+        )
         plan = plan_inference(model, realtime, include_neuron=args.include_neuron)
     if args.json:
         print(plan.model_dump_json(indent=2))
@@ -119,8 +136,15 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_estimate(args: argparse.Namespace, console: Console) -> int:
-    e = estimate(_model(args), args.instance, devices=args.devices, concurrency=args.concurrency,
-                 prompt_tokens=args.prompt_tokens or 128, output_tokens=args.output_tokens or 128, runtime=args.runtime)
+    e = estimate(
+        _model(args),
+        args.instance,
+        devices=args.devices,
+        concurrency=args.concurrency,
+        prompt_tokens=args.prompt_tokens or 128,
+        output_tokens=args.output_tokens or 128,
+        runtime=args.runtime,
+    )
     if args.json:
         print(e.model_dump_json(indent=2))
     else:
@@ -131,7 +155,9 @@ def _cmd_estimate(args: argparse.Namespace, console: Console) -> int:
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     for title, model_name, traffic in DEMO_WORKLOADS:
         model = ModelShape.preset(model_name)
-        plan = plan_inference(model, traffic) if isinstance(traffic, RealtimeTraffic) else plan_embedding(model, traffic)
+        plan = (
+            plan_inference(model, traffic) if isinstance(traffic, RealtimeTraffic) else plan_embedding(model, traffic)
+        )
         console.print(_plan_table(f"{title}: {model_name}", plan))
         console.print()
     return 0

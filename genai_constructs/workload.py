@@ -136,7 +136,9 @@ class ModelShape(_Frozen):
         key = name.strip().lower()
         if key not in MODEL_PRESETS:
             close = difflib.get_close_matches(key, MODEL_PRESETS, n=3, cutoff=0.4)
-            hint = f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(sorted(MODEL_PRESETS))}"
+            hint = (
+                f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(sorted(MODEL_PRESETS))}"
+            )
             raise UnknownPresetError(
                 f"ModelShape.preset: unknown model {name!r}; {hint} "
                 "Or describe the model with ModelShape(parameters_billion=..., layers=..., ...)."
@@ -153,17 +155,35 @@ class ModelShape(_Frozen):
         return shape
 
 
-def _llama(params: float, layers: int, hidden: int, heads: int, kv: int, vocab: int, ctx: int, dtype: str) -> dict[str, Any]:
+def _llama(
+    params: float, layers: int, hidden: int, heads: int, kv: int, vocab: int, ctx: int, dtype: str
+) -> dict[str, Any]:
     return dict(
-        kind="decoder", parameters_billion=params, layers=layers, hidden_size=hidden, attention_heads=heads,
-        kv_heads=kv, head_dim=hidden // heads, vocabulary=vocab, max_context=ctx, precision=Precision(dtype),
+        kind="decoder",
+        parameters_billion=params,
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=kv,
+        head_dim=hidden // heads,
+        vocabulary=vocab,
+        max_context=ctx,
+        precision=Precision(dtype),
     )
 
 
 def _bert(params: float, layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return dict(
-        kind="encoder", parameters_billion=params, layers=layers, hidden_size=hidden, attention_heads=heads,
-        kv_heads=heads, head_dim=hidden // heads, vocabulary=30522, max_context=512, precision=Precision.FP16,
+        kind="encoder",
+        parameters_billion=params,
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=heads,
+        head_dim=hidden // heads,
+        vocabulary=30522,
+        max_context=512,
+        precision=Precision.FP16,
     )
 
 
@@ -214,11 +234,15 @@ class RealtimeTraffic(_Frozen):
     output_tokens: int = Field(default=DEFAULT_OUTPUT_TOKENS, gt=0, description="Mean completion length, tokens.")
     p95_ttft_ms: float = Field(default=DEFAULT_P95_TTFT_MS, gt=0, description="Time-to-first-token target at p95.")
     p95_tpot_ms: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="Time-per-output-token target at p95. Default: 1000 / output_tokens_per_s_per_session.",
     )
     headroom: float = Field(
-        default=DEFAULT_HEADROOM, ge=0, lt=1, description="Fraction of capacity kept free at peak (see DEFAULT_HEADROOM)."
+        default=DEFAULT_HEADROOM,
+        ge=0,
+        lt=1,
+        description="Fraction of capacity kept free at peak (see DEFAULT_HEADROOM).",
     )
     min_instances: int = Field(default=2, ge=2, description="At least two instances, in two AZs, for availability.")
 
@@ -255,11 +279,19 @@ class ModelArtifact(_Frozen):
     verifies before it starts the server.
     """
 
-    bucket_name: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$",
-                             description="S3 bucket holding the weights.")
+    bucket_name: str = Field(
+        min_length=3,
+        max_length=63,
+        pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$",
+        description="S3 bucket holding the weights.",
+    )
     prefix: str = Field(description="Key prefix of the weights, ending in '/'.")
-    version: str = Field(default="1", min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
-                         description="Model version served; a change rolls the fleet.")
+    version: str = Field(
+        default="1",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Model version served; a change rolls the fleet.",
+    )
     kms_key_arn: str | None = Field(default=None, description="KMS key the bucket is encrypted with, if any.")
     manifest_name: str = Field(default="SHA256SUMS", description="sha256sum manifest under the prefix.")
 

@@ -15,8 +15,23 @@ def test_estimate_table_shows_tpot(capsys):
 
 
 def test_embedding_plan_from_cli(capsys):
-    assert main(["plan", "--model", "bge-large-en-v1.5", "--documents", "1000", "--tokens-per-document", "500",
-                 "--deadline-hours", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "bge-large-en-v1.5",
+                "--documents",
+                "1000",
+                "--tokens-per-document",
+                "500",
+                "--deadline-hours",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["kind"] == "embedding"
 
 

@@ -1,11 +1,23 @@
 import pytest
+from pydantic import ValidationError
 
 from genai_constructs.errors import GenaiConstructsError, UnknownPresetError
 from genai_constructs.workload import BatchTraffic, ModelArtifact, ModelShape, Precision, RealtimeTraffic
 
 REQUIRED_PRESETS = [
-    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-13b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
-    "llama-3.1-70b", "llama-3.3-70b", "mistral-7b", "bge-base-en-v1.5", "bge-large-en-v1.5", "all-minilm-l6-v2",
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-13b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.3-70b",
+    "mistral-7b",
+    "bge-base-en-v1.5",
+    "bge-large-en-v1.5",
+    "all-minilm-l6-v2",
     "e5-large-v2",
 ]
 
@@ -16,18 +28,27 @@ def test_every_required_preset_exists(name):
 
 
 # Published config.json values (Hugging Face Hub), typed in here independently of the preset table.
-@pytest.mark.parametrize(("name", "layers", "hidden", "heads", "kv_heads", "vocab", "context"), [
-    ("llama-3.1-8b", 32, 4096, 32, 8, 128256, 131072),
-    ("llama-2-70b", 80, 8192, 64, 8, 32000, 4096),
-    ("llama-2-13b", 40, 5120, 40, 40, 32000, 4096),
-    ("mistral-7b", 32, 4096, 32, 8, 32000, 32768),
-    ("bge-large-en-v1.5", 24, 1024, 16, 16, 30522, 512),
-    ("all-minilm-l6-v2", 6, 384, 12, 12, 30522, 512),
-])
+@pytest.mark.parametrize(
+    ("name", "layers", "hidden", "heads", "kv_heads", "vocab", "context"),
+    [
+        ("llama-3.1-8b", 32, 4096, 32, 8, 128256, 131072),
+        ("llama-2-70b", 80, 8192, 64, 8, 32000, 4096),
+        ("llama-2-13b", 40, 5120, 40, 40, 32000, 4096),
+        ("mistral-7b", 32, 4096, 32, 8, 32000, 32768),
+        ("bge-large-en-v1.5", 24, 1024, 16, 16, 30522, 512),
+        ("all-minilm-l6-v2", 6, 384, 12, 12, 30522, 512),
+    ],
+)
 def test_presets_match_published_configs(name, layers, hidden, heads, kv_heads, vocab, context):
     m = ModelShape.preset(name)
     assert (m.layers, m.hidden_size, m.attention_heads, m.kv_heads, m.vocabulary, m.max_context) == (
-        layers, hidden, heads, kv_heads, vocab, context)
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        vocab,
+        context,
+    )
 
 
 def test_preset_precision_override():
@@ -44,7 +65,7 @@ def test_encoders_have_no_kv_cache():
 
 
 def test_models_are_frozen():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         ModelShape.preset("mistral-7b").layers = 3  # type: ignore[misc]
 
 
@@ -55,7 +76,9 @@ def test_realtime_defaults_carry_their_targets():
 
 
 def test_explicit_tpot_target_wins():
-    assert RealtimeTraffic(concurrent_sessions=1, output_tokens_per_s_per_session=20, p95_tpot_ms=30).tpot_target_ms == 30
+    assert (
+        RealtimeTraffic(concurrent_sessions=1, output_tokens_per_s_per_session=20, p95_tpot_ms=30).tpot_target_ms == 30
+    )
 
 
 def test_batch_total_tokens():
@@ -63,6 +86,7 @@ def test_batch_total_tokens():
 
 
 # --- bad input: the field, the value, the fix ------------------------------------------------------------------------
+
 
 def test_fails_unknown_preset_lists_closest_names():
     with pytest.raises(UnknownPresetError, match=r"unknown model 'llama-3.1-7b'; did you mean .*llama-3.1-8b"):
@@ -85,7 +109,9 @@ def test_fails_negative_token_rate():
 
 
 def test_fails_single_instance_fleet():
-    with pytest.raises(GenaiConstructsError, match=r"RealtimeTraffic.min_instances \(got 1\): .*greater than or equal to 2"):
+    with pytest.raises(
+        GenaiConstructsError, match=r"RealtimeTraffic.min_instances \(got 1\): .*greater than or equal to 2"
+    ):
         RealtimeTraffic(concurrent_sessions=3, output_tokens_per_s_per_session=5, min_instances=1)
 
 
@@ -106,8 +132,17 @@ def test_fails_negative_documents():
 
 def test_fails_kv_heads_not_dividing_heads():
     with pytest.raises(GenaiConstructsError, match=r"attention_heads \(32\) must be a multiple of kv_heads \(5\)"):
-        ModelShape(name="x", parameters_billion=1, layers=2, hidden_size=64, attention_heads=32, kv_heads=5,
-                   head_dim=2, vocabulary=10, max_context=10)
+        ModelShape(
+            name="x",
+            parameters_billion=1,
+            layers=2,
+            hidden_size=64,
+            attention_heads=32,
+            kv_heads=5,
+            head_dim=2,
+            vocabulary=10,
+            max_context=10,
+        )
 
 
 def test_fails_unknown_field_is_named():

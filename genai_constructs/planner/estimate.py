@@ -91,7 +91,11 @@ def valid_device_counts(model: ModelShape, instance: InstanceType) -> list[int]:
 
 
 def memory_breakdown(
-    model: ModelShape, instance: InstanceType, devices: int, concurrency: int, sequence_tokens: int,
+    model: ModelShape,
+    instance: InstanceType,
+    devices: int,
+    concurrency: int,
+    sequence_tokens: int,
     runtime: RuntimeProfile,
 ) -> MemoryBreakdown:
     total = instance.accelerator_memory_gib * devices
@@ -105,8 +109,12 @@ def memory_breakdown(
     else:
         max_concurrency = max(0, math.floor(room / per_sequence)) if room > 0 else 0
     return MemoryBreakdown(
-        total_gib=round(total, 3), weights_gib=round(weights, 3), kv_cache_gib=round(kv, 3),
-        runtime_overhead_gib=round(overhead, 3), free_gib=round(room - kv, 3), max_concurrency=max_concurrency,
+        total_gib=round(total, 3),
+        weights_gib=round(weights, 3),
+        kv_cache_gib=round(kv, 3),
+        runtime_overhead_gib=round(overhead, 3),
+        free_gib=round(room - kv, 3),
+        max_concurrency=max_concurrency,
     )
 
 
@@ -118,8 +126,9 @@ def _allreduce_ms(ranks: int, payload_bytes: float, link_gb_s: float, runtime: R
     return (latency_us + transfer_us) / 1e3
 
 
-def prefill_ms(model: ModelShape, instance: InstanceType, devices: int, prompt_tokens: int,
-               runtime: RuntimeProfile) -> float:
+def prefill_ms(
+    model: ModelShape, instance: InstanceType, devices: int, prompt_tokens: int, runtime: RuntimeProfile
+) -> float:
     """Time to run one prompt through the model: GEMMs and attention compute bound, weights read once."""
     ranks = tensor_parallel_ranks(instance, devices)
     peak_flops = _peak_tflops(instance, model.precision) * 1e12 * devices
@@ -135,8 +144,9 @@ def prefill_ms(model: ModelShape, instance: InstanceType, devices: int, prompt_t
     return max(max(compute, weights_read) + gaps + comm, host)
 
 
-def decode_step_terms(model: ModelShape, instance: InstanceType, devices: int, batch: int, context_tokens: float,
-                      runtime: RuntimeProfile) -> dict[str, float]:
+def decode_step_terms(
+    model: ModelShape, instance: InstanceType, devices: int, batch: int, context_tokens: float, runtime: RuntimeProfile
+) -> dict[str, float]:
     """One decode step of ``batch`` sequences holding ``context_tokens`` each on average, broken into terms (ms)."""
     accelerator = instance.accelerator
     ranks = tensor_parallel_ranks(instance, devices)
@@ -154,13 +164,20 @@ def decode_step_terms(model: ModelShape, instance: InstanceType, devices: int, b
     gpu = max(weight_read, gemm_compute) + kv_read + gaps + comm
     host_floor = model.layers * runtime.host_us_per_layer / 1e3
     return {
-        "weights": weight_read, "gemm_compute": gemm_compute, "kv_cache": kv_read, "kernel_gaps": gaps,
-        "tensor_parallel": comm, "host_floor": host_floor, "step_overhead": runtime.step_overhead_ms,
+        "weights": weight_read,
+        "gemm_compute": gemm_compute,
+        "kv_cache": kv_read,
+        "kernel_gaps": gaps,
+        "tensor_parallel": comm,
+        "host_floor": host_floor,
+        "step_overhead": runtime.step_overhead_ms,
         "step": max(gpu, host_floor) + runtime.step_overhead_ms,
     }
 
 
-def roofline_tpot_ms(model: ModelShape, instance: InstanceType, devices: int, batch: int, context_tokens: float) -> float:
+def roofline_tpot_ms(
+    model: ModelShape, instance: InstanceType, devices: int, batch: int, context_tokens: float
+) -> float:
     """The physical floor: weights and KV at peak bandwidth, or FLOPs at peak compute, whichever is slower."""
     accelerator = instance.accelerator
     bytes_moved = model.weight_bytes + batch * context_tokens * model.kv_bytes_per_token
@@ -189,7 +206,11 @@ def estimate(
     """
     instance = instance_type if isinstance(instance_type, InstanceType) else load_catalog().instance(instance_type)
     problems = []
-    for name, value in (("concurrency", concurrency), ("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
+    for name, value in (
+        ("concurrency", concurrency),
+        ("prompt_tokens", prompt_tokens),
+        ("output_tokens", output_tokens),
+    ):
         if value <= 0:
             problems.append(f"{name} ({value}) must be a positive integer")
     if runtime not in RUNTIMES:
@@ -197,7 +218,9 @@ def estimate(
     if devices is None:
         devices = instance.accelerator_count
     elif not 1 <= devices <= instance.accelerator_count:
-        problems.append(f"devices ({devices}) must be between 1 and {instance.accelerator_count} on {instance.instance_type}")
+        problems.append(
+            f"devices ({devices}) must be between 1 and {instance.accelerator_count} on {instance.instance_type}"
+        )
     if problems:
         raise GenaiConstructsError("estimate: " + "; ".join(problems))
     profile = RUNTIMES[runtime]
@@ -231,10 +254,21 @@ def estimate(
     tpot = max(tpot, roofline)
     bound = "compute" if terms["gemm_compute"] > terms["weights"] + terms["kv_cache"] else "memory-bandwidth"
     return Estimate(
-        model_name=model.name, instance_type=instance.instance_type, runtime=profile.name, devices=devices,
-        concurrency=concurrency, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-        tpot_ms=round(tpot, 3), ttft_ms=round(prefill + profile.step_overhead_ms, 3),
-        output_tokens_per_s=round(concurrency * 1000.0 / tpot, 2), decode_step_ms=round(terms["step"], 3),
-        prefill_ms=round(prefill, 3), roofline_tpot_ms=round(roofline, 3), bound=bound, memory=memory, fits=fits,
+        model_name=model.name,
+        instance_type=instance.instance_type,
+        runtime=profile.name,
+        devices=devices,
+        concurrency=concurrency,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        tpot_ms=round(tpot, 3),
+        ttft_ms=round(prefill + profile.step_overhead_ms, 3),
+        output_tokens_per_s=round(concurrency * 1000.0 / tpot, 2),
+        decode_step_ms=round(terms["step"], 3),
+        prefill_ms=round(prefill, 3),
+        roofline_tpot_ms=round(roofline, 3),
+        bound=bound,
+        memory=memory,
+        fits=fits,
         terms_ms={k: round(v, 4) for k, v in terms.items()},
     )

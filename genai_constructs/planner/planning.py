@@ -44,29 +44,51 @@ NEURON_CAVEATS = [
 
 # The lesson's family table: what to watch on each family, and the lever that lowers cost there.
 FAMILY_GUIDE: dict[str, tuple[str, str]] = {
-    "g4dn": ("16 GiB of T4 memory at 320 GB/s: decode is bandwidth bound and KV cache room is small.",
-             "Quantize (int8/int4) so weights and cache fit one T4; fine for small models and embeddings only."),
-    "g5": ("A10G memory bandwidth (600 GB/s) bounds decode; 22 GiB per GPU caps model size and concurrency.",
-           "Raise per-instance concurrency up to the latency target (continuous batching); int4/AWQ to fit larger models on one GPU."),
-    "g6": ("L4 memory bandwidth (300 GB/s) makes decode slow per token; strong compute per dollar for prefill and encoders.",
-           "FP8 weights halve the bytes each decode step reads; best for embeddings and short-output work."),
-    "g6e": ("L40S: 45 GiB per GPU but PCIe between GPUs: tensor-parallel all-reduces, not memory, limit multi-GPU decode.",
-            "Fit the model on as few GPUs as possible (FP8) to avoid PCIe collectives; a single-GPU replica per instance is cheapest."),
-    "p4d": ("A100 40 GiB: memory bandwidth per GPU and NVLink collectives across 8 GPUs; a whole 8-GPU box is the unit of purchase.",
-            "Batch aggressively (the box is paid for whole) and use Savings Plans or capacity reservations for steady load."),
-    "p4de": ("A100 80 GiB: as p4d, with room for longer contexts and bigger batches.",
-             "Batch aggressively; Savings Plans or capacity reservations for steady load."),
-    "p5": ("H100: keeping 8 GPUs busy: host overhead, batching and prefill scheduling, not bandwidth, become the limit.",
-           "FP8 and large batches; EC2 Capacity Blocks or Savings Plans instead of on-demand."),
-    "p5e": ("H200 141 GiB: as p5, with memory for 70B-class models on fewer GPUs.",
-            "Capacity Blocks only (no public on-demand price); FP8 and large batches."),
+    "g4dn": (
+        "16 GiB of T4 memory at 320 GB/s: decode is bandwidth bound and KV cache room is small.",
+        "Quantize (int8/int4) so weights and cache fit one T4; fine for small models and embeddings only.",
+    ),
+    "g5": (
+        "A10G memory bandwidth (600 GB/s) bounds decode; 22 GiB per GPU caps model size and concurrency.",
+        "Raise per-instance concurrency up to the latency target (continuous batching); int4/AWQ to fit larger models on one GPU.",
+    ),
+    "g6": (
+        "L4 memory bandwidth (300 GB/s) makes decode slow per token; strong compute per dollar for prefill and encoders.",
+        "FP8 weights halve the bytes each decode step reads; best for embeddings and short-output work.",
+    ),
+    "g6e": (
+        "L40S: 45 GiB per GPU but PCIe between GPUs: tensor-parallel all-reduces, not memory, limit multi-GPU decode.",
+        "Fit the model on as few GPUs as possible (FP8) to avoid PCIe collectives; a single-GPU replica per instance is cheapest.",
+    ),
+    "p4d": (
+        "A100 40 GiB: memory bandwidth per GPU and NVLink collectives across 8 GPUs; a whole 8-GPU box is the unit of purchase.",
+        "Batch aggressively (the box is paid for whole) and use Savings Plans or capacity reservations for steady load.",
+    ),
+    "p4de": (
+        "A100 80 GiB: as p4d, with room for longer contexts and bigger batches.",
+        "Batch aggressively; Savings Plans or capacity reservations for steady load.",
+    ),
+    "p5": (
+        "H100: keeping 8 GPUs busy: host overhead, batching and prefill scheduling, not bandwidth, become the limit.",
+        "FP8 and large batches; EC2 Capacity Blocks or Savings Plans instead of on-demand.",
+    ),
+    "p5e": (
+        "H200 141 GiB: as p5, with memory for 70B-class models on fewer GPUs.",
+        "Capacity Blocks only (no public on-demand price); FP8 and large batches.",
+    ),
     "p5en": ("H200 with faster host links: as p5e.", "FP8 and large batches; Capacity Blocks or Savings Plans."),
-    "p6-b200": ("B200: host overhead and batching dominate; memory is rarely the limit.",
-                "FP8/FP4 and very large batches; Capacity Blocks or Savings Plans."),
-    "inf2": ("Neuron compile and sequence buckets; NeuronCore collectives at high tensor-parallel degree.",
-             "Lowest $/token for supported models with steady traffic; reuse compiled artifacts across deploys."),
-    "trn1": ("Neuron compile and sequence buckets; Trainium is sized for training, inference is a secondary fit.",
-             "Use only when trn1 capacity is already owned; otherwise inf2 is cheaper for inference."),
+    "p6-b200": (
+        "B200: host overhead and batching dominate; memory is rarely the limit.",
+        "FP8/FP4 and very large batches; Capacity Blocks or Savings Plans.",
+    ),
+    "inf2": (
+        "Neuron compile and sequence buckets; NeuronCore collectives at high tensor-parallel degree.",
+        "Lowest $/token for supported models with steady traffic; reuse compiled artifacts across deploys.",
+    ),
+    "trn1": (
+        "Neuron compile and sequence buckets; Trainium is sized for training, inference is a secondary fit.",
+        "Use only when trn1 capacity is already owned; otherwise inf2 is cheaper for inference.",
+    ),
 }
 
 
@@ -76,15 +98,25 @@ _QUOTA_NAMES = {"g": "G and VT", "p": "P", "inf": "Inf", "trn": "Trn"}
 
 def vcpu_quota_note(instance: InstanceType, instances: int, *, spot: bool = False) -> str:
     """The service quota a fleet of ``instances`` needs, in the vCPUs AWS counts it in."""
-    prefix = "inf" if instance.family.startswith("inf") else "trn" if instance.family.startswith("trn") else instance.family[0]
+    prefix = (
+        "inf"
+        if instance.family.startswith("inf")
+        else "trn"
+        if instance.family.startswith("trn")
+        else instance.family[0]
+    )
     group = _QUOTA_NAMES.get(prefix, instance.family)
     kind = f"All {group} Spot Instance Requests" if spot else f"Running On-Demand {group} instances"
-    return (f"Quota: '{kind}' must allow {instance.vcpu * instances} vCPUs "
-            f"({instances} x {instance.instance_type} at {instance.vcpu} vCPUs); new accounts often start at 0.")
+    return (
+        f"Quota: '{kind}' must allow {instance.vcpu * instances} vCPUs "
+        f"({instances} x {instance.instance_type} at {instance.vcpu} vCPUs); new accounts often start at 0."
+    )
 
 
 def _guide(family: str) -> tuple[str, str]:
-    return FAMILY_GUIDE.get(family, ("Accelerator memory bandwidth during decode.", "Right-size concurrency per instance."))
+    return FAMILY_GUIDE.get(
+        family, ("Accelerator memory bandwidth during decode.", "Right-size concurrency per instance.")
+    )
 
 
 def _candidates(instance_types: Iterable[str] | None, include_neuron: bool) -> list[InstanceType]:
@@ -100,13 +132,20 @@ def _check_positive(name: str, **values: float) -> None:
         raise GenaiConstructsError(f"{name}: " + "; ".join(bad))
 
 
-def _max_concurrency_meeting(model: ModelShape, instance: InstanceType, traffic: RealtimeTraffic,
-                             runtime: str, limit: int) -> tuple[int, Estimate]:
+def _max_concurrency_meeting(
+    model: ModelShape, instance: InstanceType, traffic: RealtimeTraffic, runtime: str, limit: int
+) -> tuple[int, Estimate]:
     """Largest concurrency whose TPOT and loaded TTFT meet the targets (TPOT grows monotonically with batch)."""
 
     def at(concurrency: int) -> Estimate:
-        return estimate(model, instance, concurrency=concurrency, prompt_tokens=traffic.prompt_tokens,
-                        output_tokens=traffic.output_tokens, runtime=runtime)
+        return estimate(
+            model,
+            instance,
+            concurrency=concurrency,
+            prompt_tokens=traffic.prompt_tokens,
+            output_tokens=traffic.output_tokens,
+            runtime=runtime,
+        )
 
     def meets(e: Estimate) -> bool:
         # A request arriving under load waits for the step in flight, then its own prefill.
@@ -160,8 +199,14 @@ def plan_inference(
     largest_shortfall: tuple[float, InstanceType, float] | None = None
     best_tpot: tuple[float, InstanceType] | None = None
     for instance in candidates:
-        probe = estimate(model, instance, concurrency=1, prompt_tokens=traffic.prompt_tokens,
-                         output_tokens=traffic.output_tokens, runtime=runtime)
+        probe = estimate(
+            model,
+            instance,
+            concurrency=1,
+            prompt_tokens=traffic.prompt_tokens,
+            output_tokens=traffic.output_tokens,
+            runtime=runtime,
+        )
         heads_ok = instance.is_neuron or model.attention_heads % instance.accelerator_count == 0
         if not probe.fits or not heads_ok:
             shortfall = -probe.memory.free_gib
@@ -176,13 +221,27 @@ def plan_inference(
         if max_ok == 0:
             continue
         planned = max(1, math.floor(max_ok * (1 - traffic.headroom)))
-        e = estimate(model, instance, concurrency=planned, prompt_tokens=traffic.prompt_tokens,
-                     output_tokens=traffic.output_tokens, runtime=runtime)
+        e = estimate(
+            model,
+            instance,
+            concurrency=planned,
+            prompt_tokens=traffic.prompt_tokens,
+            output_tokens=traffic.output_tokens,
+            runtime=runtime,
+        )
         instances = max(traffic.min_instances, math.ceil(traffic.concurrent_sessions / planned))
         if instance.on_demand_usd_per_hour is None:
-            unpriced.append(PlanOption(instance_type=instance.instance_type, devices_per_replica=e.devices,
-                                       instances=instances, usd_per_hour=None, usd_per_million_tokens=None,
-                                       tpot_ms=e.tpot_ms, note="no public on-demand price: not ranked on cost"))
+            unpriced.append(
+                PlanOption(
+                    instance_type=instance.instance_type,
+                    devices_per_replica=e.devices,
+                    instances=instances,
+                    usd_per_hour=None,
+                    usd_per_million_tokens=None,
+                    tpot_ms=e.tpot_ms,
+                    note="no public on-demand price: not ranked on cost",
+                )
+            )
             continue
         fleet_cost = instance.on_demand_usd_per_hour * instances
         per_million = instance.on_demand_usd_per_hour / (e.output_tokens_per_s * 3600) * 1e6
@@ -209,9 +268,13 @@ def plan_inference(
     ranked.sort(key=lambda item: item[0])
     (fleet_cost, per_million, _), chosen, instances, e = ranked[0]
     bottleneck_family, cost_lever = _guide(chosen.family)
-    dominant = max(("weights", "kv_cache", "tensor_parallel", "prefill_interleave", "gemm_compute", "host_floor"),
-                   key=lambda k: e.terms_ms.get(k, 0.0))
-    bottleneck = f"{_TERM_LABEL[dominant]} ({e.terms_ms[dominant]:.1f} ms of a {e.tpot_ms:.1f} ms token). {bottleneck_family}"
+    dominant = max(
+        ("weights", "kv_cache", "tensor_parallel", "prefill_interleave", "gemm_compute", "host_floor"),
+        key=lambda k: e.terms_ms.get(k, 0.0),
+    )
+    bottleneck = (
+        f"{_TERM_LABEL[dominant]} ({e.terms_ms[dominant]:.1f} ms of a {e.tpot_ms:.1f} ms token). {bottleneck_family}"
+    )
     reasons = [
         f"{model.name} in {model.precision.value} needs {e.memory.weights_gib:.1f} GiB of weights; "
         f"{chosen.instance_type} has {e.memory.total_gib:.1f} GiB over {e.devices} {chosen.accelerator.name} device(s).",
@@ -228,19 +291,38 @@ def plan_inference(
     if not include_neuron and instance_types is None:
         notes.append("Inferentia2/Trainium were not ranked (include_neuron=False): they need a Neuron-compiled model.")
     alternatives = [
-        PlanOption(instance_type=i.instance_type, devices_per_replica=alt.devices, instances=n,
-                   usd_per_hour=i.on_demand_usd_per_hour, usd_per_million_tokens=round(key[1], 3), tpot_ms=alt.tpot_ms,
-                   note=f"${key[0]:.2f}/h at peak")
+        PlanOption(
+            instance_type=i.instance_type,
+            devices_per_replica=alt.devices,
+            instances=n,
+            usd_per_hour=i.on_demand_usd_per_hour,
+            usd_per_million_tokens=round(key[1], 3),
+            tpot_ms=alt.tpot_ms,
+            note=f"${key[0]:.2f}/h at peak",
+        )
         for key, i, n, alt in ranked[1:6]
     ] + unpriced
     return InferencePlan(
-        model=model, traffic=traffic, instance_type=chosen.instance_type, family=chosen.family,
-        accelerator=chosen.accelerator.name, devices_per_replica=e.devices, concurrency_per_instance=e.concurrency,
-        min_instances=traffic.min_instances, max_instances=instances, estimate=e,
-        usd_per_hour=chosen.on_demand_usd_per_hour, usd_per_hour_at_peak=round(fleet_cost, 4),
-        usd_per_million_output_tokens=round(per_million, 4), weights_gib=e.memory.weights_gib,
-        is_neuron=chosen.is_neuron, bottleneck=bottleneck, cost_lever=cost_lever,
-        neuron_caveats=NEURON_CAVEATS if chosen.is_neuron else [], reasons=reasons, alternatives=alternatives,
+        model=model,
+        traffic=traffic,
+        instance_type=chosen.instance_type,
+        family=chosen.family,
+        accelerator=chosen.accelerator.name,
+        devices_per_replica=e.devices,
+        concurrency_per_instance=e.concurrency,
+        min_instances=traffic.min_instances,
+        max_instances=instances,
+        estimate=e,
+        usd_per_hour=chosen.on_demand_usd_per_hour,
+        usd_per_hour_at_peak=round(fleet_cost, 4),
+        usd_per_million_output_tokens=round(per_million, 4),
+        weights_gib=e.memory.weights_gib,
+        is_neuron=chosen.is_neuron,
+        bottleneck=bottleneck,
+        cost_lever=cost_lever,
+        neuron_caveats=NEURON_CAVEATS if chosen.is_neuron else [],
+        reasons=reasons,
+        alternatives=alternatives,
         notes=notes,
     )
 
@@ -273,7 +355,9 @@ def _spot_equivalents(chosen: InstanceType, candidates: list[InstanceType], rate
             continue
         if other.is_neuron != chosen.is_neuron or not 0.75 <= rates[other.instance_type] / base <= 1.25:
             continue
-        scored.append((abs(rates[other.instance_type] / base - 1), other.on_demand_usd_per_hour or 0, other.instance_type))
+        scored.append(
+            (abs(rates[other.instance_type] / base - 1), other.on_demand_usd_per_hour or 0, other.instance_type)
+        )
     names = [name for *_, name in sorted(scored)]
     return [chosen.instance_type] + [n for n in names if n != chosen.instance_type][:3]
 
@@ -314,9 +398,16 @@ def plan_embedding(
         if instances > MAX_BATCH_INSTANCES:
             continue
         if instance.on_demand_usd_per_hour is None:
-            unpriced.append(PlanOption(instance_type=instance.instance_type, devices_per_replica=1, instances=instances,
-                                       usd_per_hour=None, usd_per_million_tokens=None,
-                                       note="no public on-demand price: not ranked on cost"))
+            unpriced.append(
+                PlanOption(
+                    instance_type=instance.instance_type,
+                    devices_per_replica=1,
+                    instances=instances,
+                    usd_per_hour=None,
+                    usd_per_million_tokens=None,
+                    note="no public on-demand price: not ranked on cost",
+                )
+            )
             continue
         per_million = instance.on_demand_usd_per_hour / (rate * 3600) * 1e6
         ranked.append(((per_million, instances), instance, instances, rate))
@@ -335,9 +426,12 @@ def plan_embedding(
     hours = traffic.total_tokens / (rate * instances) / 3600
     bottleneck_family, cost_lever = _guide(chosen.family)
     cpu_bound = rate < encoder_tokens_per_s(model, chosen.model_copy(update={"vcpu": 10**6}), sequence)
-    bottleneck = ("CPU tokenization feeds the devices slower than they encode: watch GPU utilization. "
-                  if cpu_bound else "Encoder compute on the devices, if documents arrive steadily: watch GPU "
-                  "utilization and the age of the oldest message. ") + bottleneck_family
+    bottleneck = (
+        "CPU tokenization feeds the devices slower than they encode: watch GPU utilization. "
+        if cpu_bound
+        else "Encoder compute on the devices, if documents arrive steadily: watch GPU "
+        "utilization and the age of the oldest message. "
+    ) + bottleneck_family
     spot = traffic.spot_ok
     if spot:
         cost_lever = "Spot capacity across several equivalent types (a batch retries interruptions). " + cost_lever
@@ -354,20 +448,40 @@ def plan_embedding(
     if not include_neuron and instance_types is None:
         notes.append("Inferentia2 was not ranked (include_neuron=False): it needs a Neuron-compiled encoder.")
     alternatives = [
-        PlanOption(instance_type=i.instance_type, devices_per_replica=1, instances=n,
-                   usd_per_hour=i.on_demand_usd_per_hour, usd_per_million_tokens=round(key[0], 5))
+        PlanOption(
+            instance_type=i.instance_type,
+            devices_per_replica=1,
+            instances=n,
+            usd_per_hour=i.on_demand_usd_per_hour,
+            usd_per_million_tokens=round(key[0], 5),
+        )
         for key, i, n, _ in ranked[1:6]
     ] + unpriced
     return EmbeddingPlan(
-        model=model, traffic=traffic, instance_type=chosen.instance_type, family=chosen.family,
-        accelerator=chosen.accelerator.name, workers_per_instance=workers, batch_size=EMBEDDING_BATCH_SIZE,
-        max_concurrency_per_worker=WORKER_MESSAGES_IN_FLIGHT, tokens_per_s_per_instance=round(rate, 1),
+        model=model,
+        traffic=traffic,
+        instance_type=chosen.instance_type,
+        family=chosen.family,
+        accelerator=chosen.accelerator.name,
+        workers_per_instance=workers,
+        batch_size=EMBEDDING_BATCH_SIZE,
+        max_concurrency_per_worker=WORKER_MESSAGES_IN_FLIGHT,
+        tokens_per_s_per_instance=round(rate, 1),
         documents_per_s_per_instance=round(documents_per_s, 3),
-        seconds_per_document=round(workers / documents_per_s, 4), min_instances=0, max_instances=instances,
-        hours_to_finish=round(hours, 2), usd_per_hour=chosen.on_demand_usd_per_hour,
-        usd_per_million_tokens=round(per_million, 5), spot=spot,
+        seconds_per_document=round(workers / documents_per_s, 4),
+        min_instances=0,
+        max_instances=instances,
+        hours_to_finish=round(hours, 2),
+        usd_per_hour=chosen.on_demand_usd_per_hour,
+        usd_per_million_tokens=round(per_million, 5),
+        spot=spot,
         spot_instance_types=_spot_equivalents(chosen, candidates, rates) if spot else [],
-        weights_gib=round(model.weight_bytes / GIB, 3), is_neuron=chosen.is_neuron, bottleneck=bottleneck,
-        cost_lever=cost_lever, neuron_caveats=NEURON_CAVEATS if chosen.is_neuron else [], reasons=reasons,
-        alternatives=alternatives, notes=notes,
+        weights_gib=round(model.weight_bytes / GIB, 3),
+        is_neuron=chosen.is_neuron,
+        bottleneck=bottleneck,
+        cost_lever=cost_lever,
+        neuron_caveats=NEURON_CAVEATS if chosen.is_neuron else [],
+        reasons=reasons,
+        alternatives=alternatives,
+        notes=notes,
     )

@@ -24,7 +24,9 @@ class MemoryBreakdown(_Result):
     kv_cache_gib: float = Field(description="KV cache the requested concurrency and context occupy.")
     runtime_overhead_gib: float = Field(description="CUDA/Neuron context, activations, graph captures, fragmentation.")
     free_gib: float = Field(description="Left for more concurrency; negative means it does not fit.")
-    max_concurrency: int = Field(description="Sequences of the given length that fit at once (0: weights alone overflow).")
+    max_concurrency: int = Field(
+        description="Sequences of the given length that fit at once (0: weights alone overflow)."
+    )
 
 
 class Estimate(_Result):
@@ -99,7 +101,9 @@ class EmbeddingPlan(_Result):
     accelerator: str
     workers_per_instance: int = Field(description="One worker process per device.")
     batch_size: int = Field(description="Sequences per encoder call.")
-    max_concurrency_per_worker: int = Field(description="Messages a worker holds at once (keeps its GPU fed, not thrashed).")
+    max_concurrency_per_worker: int = Field(
+        description="Messages a worker holds at once (keeps its GPU fed, not thrashed)."
+    )
     tokens_per_s_per_instance: float
     documents_per_s_per_instance: float
     seconds_per_document: float = Field(description="One document through one worker, for visibility timeouts.")

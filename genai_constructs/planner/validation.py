@@ -59,8 +59,9 @@ def predict_row(row: dict[str, Any]) -> float:
     model = ModelShape.preset(row["model"], precision=Precision(row["precision"]))
     prompt = int(row["prompt_tokens"] or SHAREGPT_PROMPT_TOKENS)
     output = int(row["output_tokens"] or DECODE_ONLY_OUTPUT_TOKENS)
-    kwargs: dict[str, Any] = dict(devices=int(row["devices_used"]), prompt_tokens=prompt, output_tokens=output,
-                                  runtime=_runtime(row["runtime"]))
+    kwargs: dict[str, Any] = dict(
+        devices=int(row["devices_used"]), prompt_tokens=prompt, output_tokens=output, runtime=_runtime(row["runtime"])
+    )
     concurrency = row["concurrency"]
     if concurrency == "max":
         probe = estimate(model, row["instance_type"], concurrency=1, **kwargs)
@@ -72,11 +73,19 @@ def predict_row(row: dict[str, Any]) -> float:
 def compare_all() -> list[Comparison]:
     comparisons = []
     for row in load_catalog().llm_benchmarks:
-        label = f"{row['model']} {row['precision']} {row['instance_type']} x{row['devices_used']} c={row['concurrency']}"
-        comparisons.append(Comparison(
-            row_id=int(row["id"]), label=label, metric=row["metric"], measured=float(row["value"]),
-            predicted=predict_row(row), excluded=EXCLUDED_ROWS.get(int(row["id"])),
-        ))
+        label = (
+            f"{row['model']} {row['precision']} {row['instance_type']} x{row['devices_used']} c={row['concurrency']}"
+        )
+        comparisons.append(
+            Comparison(
+                row_id=int(row["id"]),
+                label=label,
+                metric=row["metric"],
+                measured=float(row["value"]),
+                predicted=predict_row(row),
+                excluded=EXCLUDED_ROWS.get(int(row["id"])),
+            )
+        )
     return comparisons
 
 
@@ -93,7 +102,7 @@ _ENCODER_ARCHITECTURE = {"bert-base": "bge-base-en-v1.5", "bert-large": "bge-lar
 _HARDWARE_INSTANCE = {"A100-SXM4-80GB (p4de)": "p4de.24xlarge", "L4 (g6)": "g6.xlarge", "inf2.xlarge": "inf2.xlarge"}
 EXCLUDED_EMBEDDING_RUNTIMES = {
     "PyTorch FP32": "FP32 on CUDA cores (not tensor cores) is a different roofline the planner never plans for: "
-                    "GPU encoders are served in fp16.",
+    "GPU encoders are served in fp16.",
 }
 
 
@@ -109,8 +118,14 @@ def compare_embeddings() -> list[Comparison]:
         sequence = int(str(row["seq_len"]).lstrip("~"))
         per_device = encoder_tokens_per_s(model, instance, sequence) / instance.accelerator_count
         label = f"{row['model']} {row['hardware']} seq {sequence} ({row['runtime']})"
-        comparisons.append(Comparison(
-            row_id=index, label=label, metric=str(row["metric"]), measured=float(row["value"]),
-            predicted=per_device / sequence, excluded=EXCLUDED_EMBEDDING_RUNTIMES.get(str(row["runtime"])),
-        ))
+        comparisons.append(
+            Comparison(
+                row_id=index,
+                label=label,
+                metric=str(row["metric"]),
+                measured=float(row["value"]),
+                predicted=per_device / sequence,
+                excluded=EXCLUDED_EMBEDDING_RUNTIMES.get(str(row["runtime"])),
+            )
+        )
     return comparisons

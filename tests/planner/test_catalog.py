@@ -42,7 +42,9 @@ def test_neuron_instances_are_marked():
 
 
 def test_fails_unknown_instance_type_lists_closest_names():
-    with pytest.raises(UnknownInstanceTypeError, match=r"'g5.2xlarg' is not in the accelerator catalog \(closest: g5.2xlarge"):
+    with pytest.raises(
+        UnknownInstanceTypeError, match=r"'g5.2xlarg' is not in the accelerator catalog \(closest: g5.2xlarge"
+    ):
         load_catalog().instance("g5.2xlarg")
 
 

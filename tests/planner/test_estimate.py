@@ -23,8 +23,9 @@ def test_single_stream_decode_is_memory_bandwidth_bound():
 
 
 def test_huge_batches_become_compute_bound():
-    e = estimate(LLAMA_8B.with_precision("fp8"), "p5.48xlarge", devices=1, concurrency=1024, prompt_tokens=64,
-                 output_tokens=64)
+    e = estimate(
+        LLAMA_8B.with_precision("fp8"), "p5.48xlarge", devices=1, concurrency=1024, prompt_tokens=64, output_tokens=64
+    )
     assert e.bound == "compute"
 
 
@@ -83,11 +84,14 @@ def test_fails_when_sequence_exceeds_context():
 
 # --- accuracy against published measurements (targets from the foundation issue) ---------------------------------
 
+
 def test_estimates_match_published_benchmarks_within_targets():
     comparisons = compare_all()
     median, worst = error_summary(comparisons)
-    table = "\n".join(f"row {c.row_id}: {c.metric} measured {c.measured} predicted {c.predicted:.2f} ({c.error:+.0%})"
-                      for c in comparisons)
+    table = "\n".join(
+        f"row {c.row_id}: {c.metric} measured {c.measured} predicted {c.predicted:.2f} ({c.error:+.0%})"
+        for c in comparisons
+    )
     assert median <= 0.15, table
     assert worst <= 0.35, table
 
@@ -108,8 +112,12 @@ WIDER = [Precision.INT4, Precision.INT8, Precision.FP16, Precision.FP32]
 
 
 @settings(max_examples=60, deadline=None)
-@given(instance=st.sampled_from(GPU_TYPES), concurrency=st.integers(1, 64), narrow=st.integers(0, 2),
-       prompt=st.integers(16, 2048))
+@given(
+    instance=st.sampled_from(GPU_TYPES),
+    concurrency=st.integers(1, 64),
+    narrow=st.integers(0, 2),
+    prompt=st.integers(16, 2048),
+)
 def test_wider_precision_never_predicts_faster_decode(instance, concurrency, narrow, prompt):
     base = ModelShape.preset("llama-2-13b")
     fast = estimate(base.with_precision(WIDER[narrow]), instance, concurrency=concurrency, prompt_tokens=prompt)
@@ -121,8 +129,18 @@ def test_wider_precision_never_predicts_faster_decode(instance, concurrency, nar
 @given(small=st.floats(0.5, 60), extra=st.floats(0.1, 60), layers=st.integers(8, 96))
 def test_bigger_model_never_needs_less_memory(small, extra, layers):
     def shape(params):
-        return ModelShape(name="m", parameters_billion=params, layers=layers, hidden_size=4096, attention_heads=32,
-                          kv_heads=8, head_dim=128, vocabulary=32000, max_context=8192)
+        return ModelShape(
+            name="m",
+            parameters_billion=params,
+            layers=layers,
+            hidden_size=4096,
+            attention_heads=32,
+            kv_heads=8,
+            head_dim=128,
+            vocabulary=32000,
+            max_context=8192,
+        )
+
     a = estimate(shape(small), "p5.48xlarge", concurrency=4)
     b = estimate(shape(small + extra), "p5.48xlarge", concurrency=4)
     assert b.memory.weights_gib + b.memory.kv_cache_gib >= a.memory.weights_gib + a.memory.kv_cache_gib

@@ -22,8 +22,9 @@ def chat_8b():
 
 @pytest.fixture(scope="module")
 def chat_70b():
-    return plan_inference(ModelShape.preset("llama-3.1-70b"),
-                          RealtimeTraffic(concurrent_sessions=64, output_tokens_per_s_per_session=15))
+    return plan_inference(
+        ModelShape.preset("llama-3.1-70b"), RealtimeTraffic(concurrent_sessions=64, output_tokens_per_s_per_session=15)
+    )
 
 
 def test_8b_chat_lands_on_one_g_family_gpu(chat_8b):
@@ -49,8 +50,13 @@ def test_plan_serves_every_session(chat_8b):
 
 def test_plan_keeps_headroom_below_the_latency_limit(chat_8b):
     # One more third of load must still fit the target (30 % headroom): re-estimate independently.
-    pushed = estimate(chat_8b.model, chat_8b.instance_type, concurrency=int(chat_8b.concurrency_per_instance / 0.7),
-                      prompt_tokens=CHAT.prompt_tokens, output_tokens=CHAT.output_tokens)
+    pushed = estimate(
+        chat_8b.model,
+        chat_8b.instance_type,
+        concurrency=int(chat_8b.concurrency_per_instance / 0.7),
+        prompt_tokens=CHAT.prompt_tokens,
+        output_tokens=CHAT.output_tokens,
+    )
     assert pushed.tpot_ms <= CHAT.tpot_target_ms * 1.01
 
 
@@ -61,7 +67,9 @@ def test_chosen_option_is_the_cheapest_that_meets_targets(chat_8b):
 
 def test_cost_per_million_tokens_follows_from_price_and_throughput(chat_8b):
     tokens_per_hour = chat_8b.estimate.output_tokens_per_s * 3600
-    assert chat_8b.usd_per_million_output_tokens == pytest.approx(chat_8b.usd_per_hour / tokens_per_hour * 1e6, rel=1e-3)
+    assert chat_8b.usd_per_million_output_tokens == pytest.approx(
+        chat_8b.usd_per_hour / tokens_per_hour * 1e6, rel=1e-3
+    )
 
 
 def test_plan_explains_itself(chat_8b):
@@ -99,8 +107,9 @@ def test_embedding_plan_offers_equivalent_spot_types_when_spot_is_ok():
 
 
 def test_embedding_plan_without_spot_lists_no_spot_types():
-    plan = plan_embedding(ModelShape.preset("bge-base-en-v1.5"),
-                          BatchTraffic(documents=1000, tokens_per_document=500, deadline_hours=1))
+    plan = plan_embedding(
+        ModelShape.preset("bge-base-en-v1.5"), BatchTraffic(documents=1000, tokens_per_document=500, deadline_hours=1)
+    )
     assert not plan.spot and plan.spot_instance_types == []
 
 
@@ -114,26 +123,46 @@ def test_embedding_plan_is_the_cheapest_per_million_tokens():
 @given(sessions=st.integers(1, 400), more=st.integers(0, 400))
 def test_more_concurrency_never_needs_fewer_replicas(sessions, more):
     model = ModelShape.preset("llama-3.1-8b")
-    a = plan_inference(model, RealtimeTraffic(concurrent_sessions=sessions, output_tokens_per_s_per_session=20),
-                       instance_types=["g5.2xlarge"])
-    b = plan_inference(model, RealtimeTraffic(concurrent_sessions=sessions + more, output_tokens_per_s_per_session=20),
-                       instance_types=["g5.2xlarge"])
+    a = plan_inference(
+        model,
+        RealtimeTraffic(concurrent_sessions=sessions, output_tokens_per_s_per_session=20),
+        instance_types=["g5.2xlarge"],
+    )
+    b = plan_inference(
+        model,
+        RealtimeTraffic(concurrent_sessions=sessions + more, output_tokens_per_s_per_session=20),
+        instance_types=["g5.2xlarge"],
+    )
     assert b.max_instances >= a.max_instances
 
 
 # --- bad input ----------------------------------------------------------------------------------------------------
 
+
 def test_fails_model_that_fits_nowhere_names_largest_and_shortfall():
-    huge = ModelShape(name="huge", parameters_billion=2000, layers=120, hidden_size=16384, attention_heads=128,
-                      kv_heads=8, head_dim=128, vocabulary=128000, max_context=8192)
-    with pytest.raises(ModelDoesNotFitError, match=r"fits no instance .* the largest, p6-b200.48xlarge .* falls short by"):
+    huge = ModelShape(
+        name="huge",
+        parameters_billion=2000,
+        layers=120,
+        hidden_size=16384,
+        attention_heads=128,
+        kv_heads=8,
+        head_dim=128,
+        vocabulary=128000,
+        max_context=8192,
+    )
+    with pytest.raises(
+        ModelDoesNotFitError, match=r"fits no instance .* the largest, p6-b200.48xlarge .* falls short by"
+    ):
         plan_inference(huge, CHAT)
 
 
 def test_fails_impossible_latency_names_best_achievable():
     with pytest.raises(LatencyTargetUnreachableError, match=r"best achievable is [0-9.]+ ms per token on"):
-        plan_inference(ModelShape.preset("llama-3.1-70b"),
-                       RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=500))
+        plan_inference(
+            ModelShape.preset("llama-3.1-70b"),
+            RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=500),
+        )
 
 
 def test_fails_encoder_given_to_the_inference_planner():
@@ -153,8 +182,9 @@ def test_fails_deadline_no_fleet_can_meet():
 
 
 def test_fails_traffic_longer_than_the_context():
-    traffic = RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=10, prompt_tokens=4000,
-                              output_tokens=500)
+    traffic = RealtimeTraffic(
+        concurrent_sessions=4, output_tokens_per_s_per_session=10, prompt_tokens=4000, output_tokens=500
+    )
     with pytest.raises(GenaiConstructsError, match=r"prompt_tokens \+ output_tokens \(4500\) exceeds llama-2-7b's"):
         plan_inference(ModelShape.preset("llama-2-7b"), traffic)
 
