@@ -73,13 +73,15 @@ def availability_zone(*, base_url: str = IMDS_BASE_URL, timeout_s: float = DEFAU
     """
     try:
         put = urllib.request.Request(
-            f"{base_url}/latest/api/token", method="PUT",
-            headers={"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)})
+            f"{base_url}/latest/api/token",
+            method="PUT",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)},
+        )
         with urllib.request.urlopen(put, timeout=timeout_s) as response:
             token: str = response.read().decode().strip()
         get = urllib.request.Request(
-            f"{base_url}/latest/meta-data/placement/availability-zone",
-            headers={"X-aws-ec2-metadata-token": token})
+            f"{base_url}/latest/meta-data/placement/availability-zone", headers={"X-aws-ec2-metadata-token": token}
+        )
         with urllib.request.urlopen(get, timeout=timeout_s) as response:
             zone: str = response.read().decode().strip()
     except (urllib.error.URLError, OSError, ValueError) as error:

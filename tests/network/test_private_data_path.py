@@ -22,11 +22,16 @@ from tests.support import resources_of_type, synth_app
 
 ALL_PACKS = ("AwsSolutions", "NIST.800.53.R5", "HIPAA.Security")
 ACCOUNT_POLICY = {
-    "Statement": [{
-        "Action": "*", "Effect": "Allow", "Principal": {"AWS": "*"}, "Resource": "*",
-        "Condition": {"StringEquals": {"aws:PrincipalAccount": {"Ref": "AWS::AccountId"}}},
-        "Sid": "PrincipalsOfThisAccount",
-    }],
+    "Statement": [
+        {
+            "Action": "*",
+            "Effect": "Allow",
+            "Principal": {"AWS": "*"},
+            "Resource": "*",
+            "Condition": {"StringEquals": {"aws:PrincipalAccount": {"Ref": "AWS::AccountId"}}},
+            "Sid": "PrincipalsOfThisAccount",
+        }
+    ],
     "Version": "2012-10-17",
 }
 
@@ -40,13 +45,19 @@ def service_suffix(endpoint: dict[str, Any]) -> str:
 
 
 def interface_endpoints(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {k: v for k, v in resources_of_type(template, "AWS::EC2::VPCEndpoint").items()
-            if v["Properties"]["VpcEndpointType"] == "Interface"}
+    return {
+        k: v
+        for k, v in resources_of_type(template, "AWS::EC2::VPCEndpoint").items()
+        if v["Properties"]["VpcEndpointType"] == "Interface"
+    }
 
 
 def gateway_endpoint(template: dict[str, Any], service: str) -> dict[str, Any]:
-    (endpoint,) = [v for v in resources_of_type(template, "AWS::EC2::VPCEndpoint").values()
-                   if v["Properties"]["VpcEndpointType"] == "Gateway" and service_suffix(v) == service]
+    (endpoint,) = [
+        v
+        for v in resources_of_type(template, "AWS::EC2::VPCEndpoint").values()
+        if v["Properties"]["VpcEndpointType"] == "Gateway" and service_suffix(v) == service
+    ]
     return endpoint
 
 
@@ -55,6 +66,7 @@ def statements_by_sid(endpoint: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # ---- Defaults: PrivateDataPath(stack, "Net") and nothing else, under all three cdk-nag packs ----------------------
+
 
 @pytest.fixture(scope="module")
 def defaults() -> tuple[Any, PrivateDataPath]:
@@ -91,12 +103,14 @@ def test_no_nat_gateway_internet_gateway_or_route_out(template: dict[str, Any]) 
 
 
 def test_default_subnets_are_private_isolated_only(
-        defaults: tuple[Any, PrivateDataPath], template: dict[str, Any]) -> None:
+    defaults: tuple[Any, PrivateDataPath], template: dict[str, Any]
+) -> None:
     _, net = defaults
     subnets = resources_of_type(template, "AWS::EC2::Subnet")
     assert all(s["Properties"]["MapPublicIpOnLaunch"] is False for s in subnets.values())
-    assert {tag["Value"] for s in subnets.values() for tag in s["Properties"]["Tags"]
-            if tag["Key"] == "aws-cdk:subnet-type"} == {"Isolated"}
+    assert {
+        tag["Value"] for s in subnets.values() for tag in s["Properties"]["Tags"] if tag["Key"] == "aws-cdk:subnet-type"
+    } == {"Isolated"}
     assert net.subnet_selection.subnet_type == ec2.SubnetType.PRIVATE_ISOLATED
 
 
@@ -124,13 +138,17 @@ def test_s3_gateway_endpoint_on_every_route_table(template: dict[str, Any]) -> N
 
 
 def test_default_has_no_dynamodb_gateway_endpoint(template: dict[str, Any]) -> None:
-    gateways = [service_suffix(v) for v in resources_of_type(template, "AWS::EC2::VPCEndpoint").values()
-                if v["Properties"]["VpcEndpointType"] == "Gateway"]
+    gateways = [
+        service_suffix(v)
+        for v in resources_of_type(template, "AWS::EC2::VPCEndpoint").values()
+        if v["Properties"]["VpcEndpointType"] == "Gateway"
+    ]
     assert gateways == ["s3"]
 
 
 def test_default_interface_endpoints_are_what_the_fleets_call(
-        defaults: tuple[Any, PrivateDataPath], template: dict[str, Any]) -> None:
+    defaults: tuple[Any, PrivateDataPath], template: dict[str, Any]
+) -> None:
     _, net = defaults
     expected = {"sqs", "logs", "monitoring", "ssm", "ssmmessages", "ec2messages", "ecr.api", "ecr.dkr", "sts", "kms"}
     assert {service_suffix(v) for v in interface_endpoints(template).values()} == expected
@@ -138,7 +156,8 @@ def test_default_interface_endpoints_are_what_the_fleets_call(
 
 
 def test_every_interface_endpoint_has_private_dns_account_policy_and_the_endpoint_group(
-        template: dict[str, Any]) -> None:
+    template: dict[str, Any],
+) -> None:
     (group_id,) = resources_of_type(template, "AWS::EC2::SecurityGroup")
     route_subnets = set(resources_of_type(template, "AWS::EC2::Subnet"))
     for logical_id, endpoint in interface_endpoints(template).items():
@@ -159,24 +178,43 @@ def test_endpoint_security_group_admits_443_from_the_vpc_cidr_only(template: dic
 
 def test_s3_gateway_endpoint_policy_allows_only_named_aws_owned_buckets_by_default(template: dict[str, Any]) -> None:
     statements = statements_by_sid(gateway_endpoint(template, "s3"))
-    assert set(statements) == {"AmazonLinux2023Repositories", "AmazonLinux2Repositories", "EcrImageLayers",
-                               "SsmAgentUpdates", "SsmAgentDocuments"}
+    assert set(statements) == {
+        "AmazonLinux2023Repositories",
+        "AmazonLinux2Repositories",
+        "EcrImageLayers",
+        "SsmAgentUpdates",
+        "SsmAgentDocuments",
+    }
     for statement in statements.values():
         assert statement["Action"] == "s3:GetObject"
         assert statement["Effect"] == "Allow"
-    assert statements["AmazonLinux2023Repositories"]["Resource"] == {"Fn::Join": ["", [
-        "arn:", {"Ref": "AWS::Partition"}, ":s3:::al2023-repos-", {"Ref": "AWS::Region"}, "-de612dc2/*"]]}
-    assert statements["EcrImageLayers"]["Resource"] == {"Fn::Join": ["", [
-        "arn:", {"Ref": "AWS::Partition"}, ":s3:::prod-", {"Ref": "AWS::Region"}, "-starport-layer-bucket/*"]]}
+    assert statements["AmazonLinux2023Repositories"]["Resource"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":s3:::al2023-repos-", {"Ref": "AWS::Region"}, "-de612dc2/*"],
+        ]
+    }
+    assert statements["EcrImageLayers"]["Resource"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":s3:::prod-", {"Ref": "AWS::Region"}, "-starport-layer-bucket/*"],
+        ]
+    }
 
 
 def test_flow_logs_capture_all_traffic_of_the_vpc(template: dict[str, Any]) -> None:
     (vpc_id,) = resources_of_type(template, "AWS::EC2::VPC")
     (group_id,) = resources_of_type(template, "AWS::Logs::LogGroup")
-    Template.from_json(template).has_resource_properties("AWS::EC2::FlowLog", {
-        "ResourceId": {"Ref": vpc_id}, "ResourceType": "VPC", "TrafficType": "ALL",
-        "LogDestinationType": "cloud-watch-logs", "LogGroupName": {"Ref": group_id},
-    })
+    Template.from_json(template).has_resource_properties(
+        "AWS::EC2::FlowLog",
+        {
+            "ResourceId": {"Ref": vpc_id},
+            "ResourceType": "VPC",
+            "TrafficType": "ALL",
+            "LogDestinationType": "cloud-watch-logs",
+            "LogGroupName": {"Ref": group_id},
+        },
+    )
 
 
 def test_flow_log_group_is_kms_encrypted_with_a_rotated_key(template: dict[str, Any]) -> None:
@@ -197,10 +235,21 @@ def test_flow_log_role_uses_a_customer_managed_policy_on_the_log_group_only(temp
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert statement["Resource"] == {"Fn::GetAtt": [group_id, "Arn"]}
     assert sorted(statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
-    Template.from_json(template).has_resource_properties("AWS::IAM::Role", {"AssumeRolePolicyDocument": {
-        "Statement": [Match.object_like({
-            "Principal": {"Service": "vpc-flow-logs.amazonaws.com"},
-            "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}})]}})
+    Template.from_json(template).has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": {
+                "Statement": [
+                    Match.object_like(
+                        {
+                            "Principal": {"Service": "vpc-flow-logs.amazonaws.com"},
+                            "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}},
+                        }
+                    )
+                ]
+            }
+        },
+    )
 
 
 def test_default_security_group_of_the_vpc_is_restricted_by_default(template: dict[str, Any]) -> None:
@@ -209,26 +258,37 @@ def test_default_security_group_of_the_vpc_is_restricted_by_default(template: di
 
 # ---- Configured: extras, DynamoDB, registered buckets and retrieval services ---------------------------------------
 
+
 @pytest.fixture(scope="module")
 def configured() -> tuple[dict[str, Any], PrivateDataPath, Stack]:
     built: dict[str, Any] = {}
 
     def build(app: App) -> Stack:
-        app.node.set_context("availability-zones:account=111111111111:region=us-east-1",
-                             ["us-east-1a", "us-east-1b", "us-east-1c"])
+        app.node.set_context(
+            "availability-zones:account=111111111111:region=us-east-1", ["us-east-1a", "us-east-1b", "us-east-1c"]
+        )
         stack = Stack(app, "Configured", env={"account": "111111111111", "region": "us-east-1"})
-        net = PrivateDataPath(stack, "Net", max_azs=3, extra_interface_endpoints=["bedrock-runtime",
-                              "sagemaker-runtime", "sqs"], dynamodb_gateway_endpoint=True)
+        net = PrivateDataPath(
+            stack,
+            "Net",
+            max_azs=3,
+            extra_interface_endpoints=["bedrock-runtime", "sagemaker-runtime", "sqs"],
+            dynamodb_gateway_endpoint=True,
+        )
         # Registered after construction, as the fleets do: the policy must still show them.
         net.allow_bucket(s3.Bucket.from_bucket_name(stack, "Models", "my-models"))
         net.allow_bucket_name("my-results", write=True)
         net.allow_bucket_name("my-models")  # a second registration of the same bucket lists it once
         net.register_retrieval_service(
-            "vector-search", endpoint_service_name="com.amazonaws.vpce.us-east-1.vpce-svc-0123456789abcdef0",
-            port=8443)
+            "vector-search", endpoint_service_name="com.amazonaws.vpce.us-east-1.vpce-svc-0123456789abcdef0", port=8443
+        )
         nlb = elbv2.NetworkLoadBalancer.from_network_load_balancer_attributes(
-            stack, "Nlb", load_balancer_arn="arn:aws:elasticloadbalancing:us-east-1:111111111111:"
-            "loadbalancer/net/rerank/0123456789abcdef", load_balancer_dns_name="rerank-123.elb.us-east-1.amazonaws.com")
+            stack,
+            "Nlb",
+            load_balancer_arn="arn:aws:elasticloadbalancing:us-east-1:111111111111:"
+            "loadbalancer/net/rerank/0123456789abcdef",
+            load_balancer_dns_name="rerank-123.elb.us-east-1.amazonaws.com",
+        )
         net.register_retrieval_service("rerank", load_balancer=nlb)
         built.update(net=net, stack=stack)
         return stack
@@ -244,7 +304,8 @@ def test_max_azs_sets_the_number_of_private_subnets(configured: tuple[dict[str, 
 
 
 def test_extra_interface_endpoints_by_name_with_private_dns_and_policy(
-        configured: tuple[dict[str, Any], PrivateDataPath, Stack]) -> None:
+    configured: tuple[dict[str, Any], PrivateDataPath, Stack],
+) -> None:
     template, net, _ = configured
     by_service = {service_suffix(v): v for v in interface_endpoints(template).values()}
     for service in ("bedrock-runtime", "sagemaker.runtime"):
@@ -256,16 +317,19 @@ def test_extra_interface_endpoints_by_name_with_private_dns_and_policy(
 
 
 def test_dynamodb_gateway_endpoint_on_every_route_table_with_account_policy(
-        configured: tuple[dict[str, Any], PrivateDataPath, Stack]) -> None:
+    configured: tuple[dict[str, Any], PrivateDataPath, Stack],
+) -> None:
     template, _, _ = configured
     endpoint = gateway_endpoint(template, "dynamodb")
     assert {r["Ref"] for r in endpoint["Properties"]["RouteTableIds"]} == set(
-        resources_of_type(template, "AWS::EC2::RouteTable"))
+        resources_of_type(template, "AWS::EC2::RouteTable")
+    )
     assert endpoint["Properties"]["PolicyDocument"] == ACCOUNT_POLICY
 
 
 def test_buckets_registered_after_construction_appear_in_the_s3_endpoint_policy(
-        configured: tuple[dict[str, Any], PrivateDataPath, Stack]) -> None:
+    configured: tuple[dict[str, Any], PrivateDataPath, Stack],
+) -> None:
     template, _, _ = configured
     statements = statements_by_sid(gateway_endpoint(template, "s3"))
     read, write = statements["RegisteredBucketsRead"], statements["RegisteredBucketsWrite"]
@@ -280,32 +344,49 @@ def test_buckets_registered_after_construction_appear_in_the_s3_endpoint_policy(
 
 
 def test_retrieval_endpoint_service_gets_an_endpoint_without_private_dns_and_a_port_rule(
-        configured: tuple[dict[str, Any], PrivateDataPath, Stack]) -> None:
+    configured: tuple[dict[str, Any], PrivateDataPath, Stack],
+) -> None:
     template, net, _ = configured
     t = Template.from_json(template)
-    t.has_resource_properties("AWS::EC2::VPCEndpoint", {
-        "ServiceName": "com.amazonaws.vpce.us-east-1.vpce-svc-0123456789abcdef0", "PrivateDnsEnabled": False,
-        "PolicyDocument": Match.absent()})
-    t.has_resource_properties("AWS::EC2::SecurityGroup", {"SecurityGroupIngress": Match.array_with([
-        Match.object_like({"CidrIp": "10.80.0.0/16", "FromPort": 8443, "ToPort": 8443})])})
+    t.has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {
+            "ServiceName": "com.amazonaws.vpce.us-east-1.vpce-svc-0123456789abcdef0",
+            "PrivateDnsEnabled": False,
+            "PolicyDocument": Match.absent(),
+        },
+    )
+    t.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {
+            "SecurityGroupIngress": Match.array_with(
+                [Match.object_like({"CidrIp": "10.80.0.0/16", "FromPort": 8443, "ToPort": 8443})]
+            )
+        },
+    )
     assert net.retrieval_services["vector-search"].endpoint is not None
 
 
 def test_zonal_dns_names_of_an_interface_endpoint_are_dns_entries_one_per_az(
-        configured: tuple[dict[str, Any], PrivateDataPath, Stack]) -> None:
+    configured: tuple[dict[str, Any], PrivateDataPath, Stack],
+) -> None:
     _, net, stack = configured
     logical_id = stack.resolve(net.interface_endpoints["sqs"].vpc_endpoint_id)["Ref"]
     names = stack.resolve(net.zonal_dns_names("sqs"))
-    assert names == [{"Fn::Select": [1, {"Fn::Split": [":", {"Fn::Select": [index, {
-        "Fn::GetAtt": [logical_id, "DnsEntries"]}]}]}]} for index in (1, 2, 3)]
+    assert names == [
+        {"Fn::Select": [1, {"Fn::Split": [":", {"Fn::Select": [index, {"Fn::GetAtt": [logical_id, "DnsEntries"]}]}]}]}
+        for index in (1, 2, 3)
+    ]
     assert stack.resolve(net.dns_entries("sqs")) == {"Fn::Join": [",", {"Fn::GetAtt": [logical_id, "DnsEntries"]}]}
 
 
 def test_zonal_dns_names_of_an_internal_nlb_are_az_prefixed(
-        configured: tuple[dict[str, Any], PrivateDataPath, Stack]) -> None:
+    configured: tuple[dict[str, Any], PrivateDataPath, Stack],
+) -> None:
     _, net, stack = configured
     assert stack.resolve(net.zonal_dns_names("rerank")) == [
-        f"us-east-1{z}.rerank-123.elb.us-east-1.amazonaws.com" for z in "abc"]
+        f"us-east-1{z}.rerank-123.elb.us-east-1.amazonaws.com" for z in "abc"
+    ]
     assert net.dns_entries("rerank").split(",")[0] == "rerank-123.elb.us-east-1.amazonaws.com"
     assert net.retrieval_services["rerank"].endpoint is None
 
@@ -331,6 +412,7 @@ def test_turning_off_secure_defaults_warns_and_drops_them() -> None:
 
 # ---- Existing VPC -------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def existing() -> tuple[dict[str, Any], PrivateDataPath]:
     built: dict[str, PrivateDataPath] = {}
@@ -338,11 +420,16 @@ def existing() -> tuple[dict[str, Any], PrivateDataPath]:
     def build(app: App) -> Stack:
         stack = Stack(app, "Existing", env={"account": "111111111111", "region": "us-east-1"})
         vpc = ec2.Vpc.from_vpc_attributes(
-            stack, "Vpc", vpc_id="vpc-0123456789abcdef0", vpc_cidr_block="10.0.0.0/16",
+            stack,
+            "Vpc",
+            vpc_id="vpc-0123456789abcdef0",
+            vpc_cidr_block="10.0.0.0/16",
             availability_zones=["us-east-1a", "us-east-1b"],
-            public_subnet_ids=["subnet-pub-a", "subnet-pub-b"], public_subnet_route_table_ids=["rtb-pub", "rtb-pub"],
+            public_subnet_ids=["subnet-pub-a", "subnet-pub-b"],
+            public_subnet_route_table_ids=["rtb-pub", "rtb-pub"],
             private_subnet_ids=["subnet-priv-a", "subnet-priv-b"],
-            private_subnet_route_table_ids=["rtb-priv-a", "rtb-priv-b"])
+            private_subnet_route_table_ids=["rtb-priv-a", "rtb-priv-b"],
+        )
         built["net"] = PrivateDataPath(stack, "Net", vpc=vpc)
         return stack
 
@@ -352,7 +439,8 @@ def existing() -> tuple[dict[str, Any], PrivateDataPath]:
 
 
 def test_existing_vpc_creates_no_vpc_and_takes_its_literal_cidr(
-        existing: tuple[dict[str, Any], PrivateDataPath]) -> None:
+    existing: tuple[dict[str, Any], PrivateDataPath],
+) -> None:
     template, net = existing
     Template.from_json(template).resource_count_is("AWS::EC2::VPC", 0)
     Template.from_json(template).resource_count_is("Custom::VpcRestrictDefaultSG", 0)
@@ -361,7 +449,8 @@ def test_existing_vpc_creates_no_vpc_and_takes_its_literal_cidr(
 
 
 def test_existing_vpc_endpoints_go_into_its_private_subnets_only(
-        existing: tuple[dict[str, Any], PrivateDataPath]) -> None:
+    existing: tuple[dict[str, Any], PrivateDataPath],
+) -> None:
     template, net = existing
     for endpoint in interface_endpoints(template).values():
         assert endpoint["Properties"]["SubnetIds"] == ["subnet-priv-a", "subnet-priv-b"]
@@ -371,11 +460,14 @@ def test_existing_vpc_endpoints_go_into_its_private_subnets_only(
 
 
 def test_existing_vpc_gets_the_443_rule_from_its_cidr_and_flow_logs(
-        existing: tuple[dict[str, Any], PrivateDataPath]) -> None:
+    existing: tuple[dict[str, Any], PrivateDataPath],
+) -> None:
     template, _ = existing
     t = Template.from_json(template)
-    t.has_resource_properties("AWS::EC2::SecurityGroup", {"SecurityGroupIngress": [Match.object_like(
-        {"CidrIp": "10.0.0.0/16", "FromPort": 443, "ToPort": 443})]})
+    t.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {"SecurityGroupIngress": [Match.object_like({"CidrIp": "10.0.0.0/16", "FromPort": 443, "ToPort": 443})]},
+    )
     t.has_resource_properties("AWS::EC2::FlowLog", {"ResourceId": "vpc-0123456789abcdef0", "TrafficType": "ALL"})
 
 
@@ -389,15 +481,23 @@ def test_existing_vpc_with_a_token_cidr_takes_vpc_cidr_from_the_caller() -> None
 
 def test_existing_vpc_prefers_isolated_subnets() -> None:
     stack = Stack(App(), "S")
-    vpc = ec2.Vpc(stack, "Vpc", ip_addresses=ec2.IpAddresses.cidr("10.2.0.0/16"), nat_gateways=1, subnet_configuration=[
-        ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC),
-        ec2.SubnetConfiguration(name="App", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-        ec2.SubnetConfiguration(name="Data", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+    vpc = ec2.Vpc(
+        stack,
+        "Vpc",
+        ip_addresses=ec2.IpAddresses.cidr("10.2.0.0/16"),
+        nat_gateways=1,
+        subnet_configuration=[
+            ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC),
+            ec2.SubnetConfiguration(name="App", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            ec2.SubnetConfiguration(name="Data", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED),
+        ],
+    )
     net = PrivateDataPath(stack, "Net", vpc=vpc, vpc_cidr="10.2.0.0/16")
     assert {s.subnet_id for s in net.subnets} == {s.subnet_id for s in vpc.isolated_subnets}
 
 
 # ---- Bad input: one ConfigurationError before synthesis, every problem listed -------------------------------------
+
 
 def _net(**kwargs: Any) -> PrivateDataPath:
     return PrivateDataPath(Stack(App(), "S"), "Net", **kwargs)
@@ -409,14 +509,20 @@ def test_fails_max_azs_below_one() -> None:
 
 
 def test_fails_unknown_service_name_with_close_names() -> None:
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "extra_interface_endpoints: unknown service name 'bedrock-runtme'; did you mean 'bedrock-runtime'")):
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape(
+            "extra_interface_endpoints: unknown service name 'bedrock-runtme'; did you mean 'bedrock-runtime'"
+        ),
+    ):
         _net(extra_interface_endpoints=["bedrock-runtme"])
 
 
 def test_fails_extra_interface_endpoints_given_as_one_string() -> None:
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "extra_interface_endpoints ('secretsmanager') must be a list of names, not one string")):
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("extra_interface_endpoints ('secretsmanager') must be a list of names, not one string"),
+    ):
         _net(extra_interface_endpoints="secretsmanager")
 
 
@@ -435,31 +541,47 @@ def test_fails_vpc_with_max_azs_or_cidr() -> None:
 def test_fails_existing_vpc_with_a_token_cidr_and_no_vpc_cidr() -> None:
     stack = Stack(App(), "S")
     vpc = ec2.Vpc(stack, "Vpc")
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "vpc_cidr (None) is required when the vpc's CIDR is a token")):
+    with pytest.raises(
+        ConfigurationError, match=re.escape("vpc_cidr (None) is required when the vpc's CIDR is a token")
+    ):
         PrivateDataPath(stack, "Net", vpc=vpc)
 
 
 def test_fails_vpc_cidr_that_differs_from_the_vpcs_literal_cidr() -> None:
     stack = Stack(App(), "S")
-    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", vpc_cidr_block="10.0.0.0/16",
-                                      availability_zones=["us-east-1a"], private_subnet_ids=["subnet-1"])
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "vpc_cidr ('10.7.0.0/16') differs from the VPC's own CIDR ('10.0.0.0/16')")):
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack,
+        "Vpc",
+        vpc_id="vpc-1",
+        vpc_cidr_block="10.0.0.0/16",
+        availability_zones=["us-east-1a"],
+        private_subnet_ids=["subnet-1"],
+    )
+    with pytest.raises(
+        ConfigurationError, match=re.escape("vpc_cidr ('10.7.0.0/16') differs from the VPC's own CIDR ('10.0.0.0/16')")
+    ):
         PrivateDataPath(stack, "Net", vpc=vpc, vpc_cidr="10.7.0.0/16")
 
 
 def test_fails_existing_vpc_with_only_public_subnets() -> None:
     stack = Stack(App(), "S")
-    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", vpc_cidr_block="10.0.0.0/16",
-                                      availability_zones=["us-east-1a"], public_subnet_ids=["subnet-1"])
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack,
+        "Vpc",
+        vpc_id="vpc-1",
+        vpc_cidr_block="10.0.0.0/16",
+        availability_zones=["us-east-1a"],
+        public_subnet_ids=["subnet-1"],
+    )
     with pytest.raises(ConfigurationError, match=re.escape("vpc has no private or isolated subnets")):
         PrivateDataPath(stack, "Net", vpc=vpc)
 
 
 def test_fails_vpc_cidr_without_vpc() -> None:
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "vpc_cidr ('10.1.0.0/16') describes an existing vpc= and is not used for a new VPC: use cidr=")):
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("vpc_cidr ('10.1.0.0/16') describes an existing vpc= and is not used for a new VPC: use cidr="),
+    ):
         _net(vpc_cidr="10.1.0.0/16")
 
 
@@ -469,14 +591,16 @@ def test_fails_cidr_that_is_not_a_network_address() -> None:
 
 
 def test_fails_cidr_prefix_outside_16_to_28() -> None:
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "cidr ('10.0.0.0/8') has prefix /8; a VPC CIDR must be /16 to /28")):
+    with pytest.raises(
+        ConfigurationError, match=re.escape("cidr ('10.0.0.0/8') has prefix /8; a VPC CIDR must be /16 to /28")
+    ):
         _net(cidr="10.0.0.0/8")
 
 
 def test_fails_cidr_too_small_for_max_azs() -> None:
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "cidr (10.80.0.0/20) holds 1 /20 subnet(s), fewer than max_azs (2)")):
+    with pytest.raises(
+        ConfigurationError, match=re.escape("cidr (10.80.0.0/20) holds 1 /20 subnet(s), fewer than max_azs (2)")
+    ):
         _net(cidr="10.80.0.0/20")
 
 
@@ -488,27 +612,36 @@ def test_fails_with_every_problem_listed_at_once() -> None:
 
 def test_fails_allow_bucket_name_given_an_arn() -> None:
     net = _net()
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "allow_bucket_name: bucket_name ('arn:aws:s3:::my-models') is not an S3 bucket name")):
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("allow_bucket_name: bucket_name ('arn:aws:s3:::my-models') is not an S3 bucket name"),
+    ):
         net.allow_bucket_name("arn:aws:s3:::my-models")
 
 
 def test_fails_register_retrieval_service_with_neither_or_both_targets() -> None:
     net = _net()
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "give exactly one of endpoint_service_name and load_balancer (got neither)")):
+    with pytest.raises(
+        ConfigurationError, match=re.escape("give exactly one of endpoint_service_name and load_balancer (got neither)")
+    ):
         net.register_retrieval_service("search")
 
 
 def test_fails_register_retrieval_service_with_a_malformed_service_name() -> None:
     net = _net()
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "endpoint_service_name ('vpce-svc-123') must look like 'com.amazonaws.vpce.<region>.vpce-svc-<id>'")):
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape(
+            "endpoint_service_name ('vpce-svc-123') must look like 'com.amazonaws.vpce.<region>.vpce-svc-<id>'"
+        ),
+    ):
         net.register_retrieval_service("search", endpoint_service_name="vpce-svc-123")
 
 
 def test_fails_zonal_dns_names_of_an_unknown_name() -> None:
     net = _net()
-    with pytest.raises(ConfigurationError, match=re.escape(
-            "name ('sqs-fips') is not an interface endpoint or retrieval service of this network; known: ")):
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("name ('sqs-fips') is not an interface endpoint or retrieval service of this network; known: "),
+    ):
         net.zonal_dns_names("sqs-fips")

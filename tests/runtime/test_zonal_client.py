@@ -54,8 +54,11 @@ class _ImdsHandler(BaseHTTPRequestHandler):
         state = self.server.state
         state.requests.append(("PUT", self.path, {k.lower(): v for k, v in self.headers.items()}))
         time.sleep(state.delay_s)
-        if state.refuse_tokens or self.path != "/latest/api/token" \
-                or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+        if (
+            state.refuse_tokens
+            or self.path != "/latest/api/token"
+            or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+        ):
             self._answer(403, "Forbidden")
         else:
             self._answer(200, TOKEN)
@@ -110,6 +113,7 @@ def closed_port_url() -> str:
 
 # ---- IMDSv2 ---------------------------------------------------------------------------------------------------------
 
+
 def test_availability_zone_puts_a_token_then_gets_the_placement_with_it(imds: tuple[FakeImds, str]) -> None:
     state, url = imds
     assert availability_zone(base_url=url) == "us-east-1b"
@@ -150,24 +154,30 @@ def test_availability_zone_rejects_an_answer_that_is_not_a_zone(imds: tuple[Fake
 
 # ---- Names ----------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "zone"), [
-    ("vpce-0a1b2c3d4e5f6a7b8-abcdefgh-us-east-1a.sqs.us-east-1.vpce.amazonaws.com", "us-east-1a"),
-    ("us-west-2c.rerank-123.elb.us-west-2.amazonaws.com", "us-west-2c"),
-    ("vpce-0a1-b2c-us-gov-west-1b.kms.us-gov-west-1.vpce.amazonaws.com", "us-gov-west-1b"),
-    ("vpce-0a1-b2c-ap-southeast-2c.logs.ap-southeast-2.vpce.amazonaws.com", "ap-southeast-2c"),
-    ("vpce-0a1b2c3d4e5f6a7b8-abcdefgh.sqs.us-east-1.vpce.amazonaws.com", None),  # regional
-    ("sqs.us-east-1.amazonaws.com", None),  # private DNS name
-])
+
+@pytest.mark.parametrize(
+    ("name", "zone"),
+    [
+        ("vpce-0a1b2c3d4e5f6a7b8-abcdefgh-us-east-1a.sqs.us-east-1.vpce.amazonaws.com", "us-east-1a"),
+        ("us-west-2c.rerank-123.elb.us-west-2.amazonaws.com", "us-west-2c"),
+        ("vpce-0a1-b2c-us-gov-west-1b.kms.us-gov-west-1.vpce.amazonaws.com", "us-gov-west-1b"),
+        ("vpce-0a1-b2c-ap-southeast-2c.logs.ap-southeast-2.vpce.amazonaws.com", "ap-southeast-2c"),
+        ("vpce-0a1b2c3d4e5f6a7b8-abcdefgh.sqs.us-east-1.vpce.amazonaws.com", None),  # regional
+        ("sqs.us-east-1.amazonaws.com", None),  # private DNS name
+    ],
+)
 def test_zone_of_reads_the_zone_from_the_first_label(name: str, zone: str | None) -> None:
     assert zone_of(name) == zone
 
 
-ENTRIES = ",".join([
-    "Z7HUB22UULQXV:vpce-0a1-b2c.search.us-east-1.vpce.amazonaws.com",
-    "Z7HUB22UULQXV:vpce-0a1-b2c-us-east-1c.search.us-east-1.vpce.amazonaws.com",
-    "Z7HUB22UULQXV:vpce-0a1-b2c-us-east-1a.search.us-east-1.vpce.amazonaws.com",
-    "Z7HUB22UULQXV:vpce-0a1-b2c-us-east-1b.search.us-east-1.vpce.amazonaws.com",
-])
+ENTRIES = ",".join(
+    [
+        "Z7HUB22UULQXV:vpce-0a1-b2c.search.us-east-1.vpce.amazonaws.com",
+        "Z7HUB22UULQXV:vpce-0a1-b2c-us-east-1c.search.us-east-1.vpce.amazonaws.com",
+        "Z7HUB22UULQXV:vpce-0a1-b2c-us-east-1a.search.us-east-1.vpce.amazonaws.com",
+        "Z7HUB22UULQXV:vpce-0a1-b2c-us-east-1b.search.us-east-1.vpce.amazonaws.com",
+    ]
+)
 
 
 def test_dns_entries_lose_their_hosted_zone_and_group_by_zone() -> None:
@@ -193,6 +203,7 @@ def test_from_dns_entries_rejects_an_empty_string() -> None:
 
 
 # ---- Failover, against real local servers ---------------------------------------------------------------------------
+
 
 @dataclass
 class Hits:
@@ -238,6 +249,7 @@ def _caller(urls: dict[str, str]):  # type: ignore[no-untyped-def]
     def call(host: str) -> str:
         with urllib.request.urlopen(urls[zone_of(host) or ""] + "/query", timeout=1) as response:
             return str(response.read().decode())
+
     return call
 
 
@@ -275,7 +287,8 @@ def test_every_zone_down_raises_with_each_error_listed() -> None:
 
 
 def test_zonal_client_learns_its_zone_once_and_calls_it_first(
-        imds: tuple[FakeImds, str], zones: dict[str, tuple[str, Hits]]) -> None:
+    imds: tuple[FakeImds, str], zones: dict[str, tuple[str, Hits]]
+) -> None:
     state, imds_url = imds
     client = ZonalClient.from_dns_entries(ENTRIES, imds_base_url=imds_url)
     urls = {zone: url for zone, (url, _) in zones.items()}
