@@ -9,6 +9,7 @@ from genai_constructs.errors import (
     UnknownInstanceTypeError,
     UnknownPresetError,
 )
+from genai_constructs.network import PrivateDataPath, RetrievalService
 from genai_constructs.planner import (
     EmbeddingPlan,
     Estimate,
@@ -33,7 +34,9 @@ __all__ = [
     "ModelDoesNotFitError",
     "ModelShape",
     "Precision",
+    "PrivateDataPath",
     "RealtimeTraffic",
+    "RetrievalService",
     "UnknownInstanceTypeError",
     "UnknownPresetError",
     "estimate",
