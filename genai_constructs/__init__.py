@@ -1,4 +1,13 @@
-"""genai-constructs: AWS CDK v2 constructs for GPU and ML inference on EC2, and the planner behind them."""
+"""genai-constructs: AWS CDK v2 constructs for GPU and ML inference on EC2, and the planner behind them.
+
+The workload model and planner import without aws_cdk (planning is pure Python and starts no jsii process);
+the constructs load on first use of their names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from genai_constructs.errors import (
     ConfigurationError,
@@ -9,7 +18,6 @@ from genai_constructs.errors import (
     UnknownInstanceTypeError,
     UnknownPresetError,
 )
-from genai_constructs.network import PrivateDataPath, RetrievalService
 from genai_constructs.planner import (
     EmbeddingPlan,
     Estimate,
@@ -44,3 +52,18 @@ __all__ = [
     "plan_embedding",
     "plan_inference",
 ]
+
+_CONSTRUCTS = {
+    "PrivateDataPath": "genai_constructs.network",
+    "RetrievalService": "genai_constructs.network",
+}
+__all__ += list(_CONSTRUCTS)
+
+if TYPE_CHECKING:
+    from genai_constructs.network import PrivateDataPath, RetrievalService
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONSTRUCTS:
+        return getattr(importlib.import_module(_CONSTRUCTS[name]), name)
+    raise AttributeError(f"module 'genai_constructs' has no attribute {name!r}")
