@@ -50,3 +50,14 @@ def test_fails_unknown_instance_type_lists_closest_names():
 
 def test_instance_lookup_ignores_case_and_spaces():
     assert load_catalog().instance(" G5.XLARGE ").instance_type == "g5.xlarge"
+
+
+def test_planning_never_imports_the_cdk():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, genai_constructs; from genai_constructs.planner import plan_inference; "
+        "from genai_constructs.cli import main; assert 'aws_cdk' not in sys.modules, 'aws_cdk imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
