@@ -64,20 +64,28 @@ def is_local(scope: IConstruct) -> bool:
     return str(value).strip().lower() in _TRUE
 
 
-def stack_synthesizer(scope: IConstruct) -> Any:
-    """The synthesizer a stack under ``scope`` should use: bootstrap-free for the local emulator, else ``None``.
+def local_synthesizer() -> Any:
+    """The synthesizer for stacks deployed to the local emulator: no bootstrap stack, assets to the local bucket.
 
-    ``None`` keeps the CDK default (``DefaultStackSynthesizer``), which is what users deploying to AWS need.
-    Locally it is a ``CliCredentialsStackSynthesizer`` publishing file assets to ``LOCAL_ASSETS_BUCKET`` (the
-    harness creates it in moto): like ``BootstraplessSynthesizer`` it needs no bootstrap stack, no roles and no
-    bootstrap version parameter, but it also accepts assets (the custom resource CDK adds to restrict a VPC's
-    default security group ships its Lambda code as one).
+    A ``CliCredentialsStackSynthesizer`` publishing file assets to ``LOCAL_ASSETS_BUCKET`` (the harness creates it in
+    moto). Like ``BootstraplessSynthesizer`` it needs no bootstrap stack, no roles and no bootstrap version
+    parameter, but it also accepts assets: the custom resource CDK adds to restrict a VPC's default security group
+    ships its Lambda code as one, and ``BootstraplessSynthesizer`` refuses any asset.
     """
-    if not is_local(scope):
-        return None
     from aws_cdk import CliCredentialsStackSynthesizer
 
     return CliCredentialsStackSynthesizer(file_assets_bucket_name=LOCAL_ASSETS_BUCKET, bucket_prefix="")
+
+
+def stack_synthesizer(scope: IConstruct, local: bool | None = None) -> Any:
+    """The synthesizer a stack under ``scope`` should use: :func:`local_synthesizer` for the emulator, else ``None``.
+
+    ``local`` None reads the flag (:func:`is_local`). ``None`` as the result keeps the CDK default
+    (``DefaultStackSynthesizer``), which is what users deploying to AWS need.
+    """
+    if local is None:
+        local = is_local(scope)
+    return local_synthesizer() if local else None
 
 
 class LocalDeployError(RuntimeError):
@@ -922,7 +930,7 @@ def verify_skipped_by_moto(ctx: StackContext) -> list[Check]:
         ok = bool(strategy) and bool(used_by)
         detail = f"{logical}: strategy {strategy}, used by {', '.join(used_by) or 'nothing'}"
         checks.append(Check(ctx.name, "placement group", ok, detail, "template"))
-    for logical, resource in resources.items():
+    for resource in resources.values():
         if not _is_custom_resource(str(resource["Type"])):
             continue
         token = _references(resource.get("Properties", {}).get("ServiceToken"))

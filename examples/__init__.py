@@ -1,0 +1,42 @@
+"""Example stacks composed from genai-constructs: what a platform team copies into its own CDK app.
+
+``build_app(app)`` adds every example to an app with the cdk-nag v3 AwsSolutions, NIST 800-53 R5 and HIPAA
+Security packs on; ``app.py`` is just that. With ``cdk ... -c local=true`` (or ``local=True``) the stacks use a
+bootstrap-free synthesizer for the local emulator (``make deploy-local``); otherwise they keep the CDK default.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import App, Stack, Validations
+from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks
+
+from examples.network_stack import PrivateNetworkStack
+from genai_constructs.testing.local_deploy import is_local, local_synthesizer
+
+STACK_NAMES: dict[str, str] = {
+    "network": "GenaiPrivateNetwork",
+}
+"""Stack name per example: stack names are what users see in the console and what a redeploy updates."""
+
+
+def add_nag_packs(app: App) -> None:
+    """Turn on the three cdk-nag v3 packs the examples must pass: AwsSolutions, NIST 800-53 R5, HIPAA Security."""
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app), NIST80053R5Checks(app), HIPAASecurityChecks(app))
+
+
+def build_app(app: App, *, local: bool | None = None, nag: bool = True) -> list[Stack]:
+    """Add every example stack to ``app``; return them.
+
+    :param local: synthesize for the local emulator (bootstrap-free synthesizer). Default: the ``local`` context
+        flag or the ``GENAI_CONSTRUCTS_LOCAL`` environment variable.
+    :param nag: turn on the three cdk-nag packs. Default: True (a finding fails synthesis).
+    """
+    if nag:
+        add_nag_packs(app)
+    synthesizer = local_synthesizer() if (is_local(app) if local is None else local) else None
+    return [
+        PrivateNetworkStack(app, STACK_NAMES["network"], synthesizer=synthesizer),
+    ]
+
+
+__all__ = ["STACK_NAMES", "PrivateNetworkStack", "add_nag_packs", "build_app"]

@@ -1,0 +1,45 @@
+"""Session fixtures for the examples: one synthesis of the whole app with the three cdk-nag packs, and one local
+deploy of every example (plus the plain-CDK minimal stack) to a moto server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aws_cdk import App
+
+from examples import build_app
+from genai_constructs.testing import LocalDeployReport, MotoServer, deploy_local, moto_server, synth_local
+from tests.examples.minimal_stack import build as build_minimal
+from tests.support import Synthesized, synth_app
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def examples_synth() -> Synthesized:
+    """Every example, synthesized once with the default synthesizer; build_app turns the nag packs on itself."""
+    return synth_app(lambda app: build_app(app, local=False), packs=())
+
+
+@dataclass
+class LocalDeploy:
+    server: MotoServer
+    report: LocalDeployReport
+    assembly: Path
+
+
+def _build_all(app: App) -> None:
+    build_minimal(app)
+    build_app(app, local=True, nag=False)  # the nag gate runs on examples_synth; here only the deploy matters
+
+
+@pytest.fixture(scope="session")
+def local_deploy() -> Iterator[LocalDeploy]:
+    """Every example and the minimal stack deployed by one CDK CLI call to one moto server, kept up for the tests."""
+    assembly = synth_local(_build_all)
+    with moto_server() as server:
+        report = deploy_local(assembly, server=server, cwd=REPO_ROOT)
+        yield LocalDeploy(server=server, report=report, assembly=assembly)
