@@ -117,12 +117,15 @@ def build_gpu_launch_template(
     encryption_key: kms.IKey,
     machine_image: ec2.IMachineImage | None = None,
     placement_group: ec2.IPlacementGroup | None = None,
+    root_volume_iops: int | None = None,
+    root_volume_throughput_mibps: int | None = None,
 ) -> ec2.LaunchTemplate:
     """A launch template for an accelerated instance that serves or processes models.
 
     IMDSv2 required (hop limit ``METADATA_HOP_LIMIT``); encrypted gp3 root of ``root_volume_size_gib`` with
-    ``encryption_key``; detailed (one-minute) monitoring; no public IP; the DLAMI for ``accelerator`` unless
-    ``machine_image`` is given.
+    ``encryption_key`` (gp3 baseline IOPS and throughput unless given: weights are read from this volume at every
+    start); detailed (one-minute) monitoring; no public IP; the DLAMI for ``accelerator`` unless ``machine_image``
+    is given.
     """
     return ec2.LaunchTemplate(
         scope, id,
@@ -143,6 +146,8 @@ def build_gpu_launch_template(
             volume=ec2.BlockDeviceVolume.ebs(
                 root_volume_size_gib,
                 volume_type=ec2.EbsDeviceVolumeType.GP3,
+                iops=root_volume_iops,
+                throughput=root_volume_throughput_mibps,
                 encrypted=True,
                 kms_key=encryption_key,
                 delete_on_termination=True,
@@ -155,25 +160,29 @@ def cloudwatch_agent_config(
     *,
     namespace: str,
     log_group_name: str,
+    fleet: str,
     log_files: Mapping[str, str],
     accelerator: AcceleratorKind,
     emf_listener: bool = True,
 ) -> dict[str, Any]:
     """CloudWatch agent configuration for an accelerated instance.
 
-    Metrics go to ``namespace`` with ``AutoScalingGroupName`` and ``InstanceId`` dimensions, aggregated per Auto
-    Scaling group: GPU utilization and memory (``nvidia_gpu``, NVIDIA only), memory, root disk, network. Each of
+    Metrics go to ``namespace`` with a ``Fleet`` dimension of value ``fleet`` (and ``InstanceId``), aggregated per
+    fleet: a static dimension, so the agent needs no ``ec2:DescribeTags`` to learn its group. GPU utilization and
+    memory (``nvidia_gpu``, NVIDIA only), memory, root disk, network. Each of
     ``log_files`` (path -> log stream prefix) is shipped to ``log_group_name``; with ``emf_listener`` the agent also
     accepts embedded-metric-format records on 127.0.0.1:25888 (the health sidecar's token and in-flight counts).
     """
+    tag = {"Fleet": fleet}
     measurements: dict[str, Any] = {
-        "mem": {"measurement": ["mem_used_percent"]},
-        "disk": {"measurement": ["used_percent"], "resources": ["/"], "drop_device": True},
-        "net": {"measurement": ["bytes_sent", "bytes_recv"]},
+        "mem": {"measurement": ["mem_used_percent"], "append_dimensions": tag},
+        "disk": {"measurement": ["used_percent"], "resources": ["/"], "drop_device": True, "append_dimensions": tag},
+        "net": {"measurement": ["bytes_sent", "bytes_recv"], "append_dimensions": tag},
     }
     if accelerator == "nvidia":
         measurements["nvidia_gpu"] = {
             "measurement": ["utilization_gpu", "utilization_memory", "memory_used", "memory_total", "memory_free"],
+            "append_dimensions": tag,
         }
     logs: dict[str, Any] = {
         "logs_collected": {"files": {"collect_list": [
@@ -189,9 +198,8 @@ def cloudwatch_agent_config(
                   "/opt/aws/amazon-cloudwatch-agent/logs/amazon-cloudwatch-agent.log"},
         "metrics": {
             "namespace": namespace,
-            "append_dimensions": {"AutoScalingGroupName": "${aws:AutoScalingGroupName}",
-                                  "InstanceId": "${aws:InstanceId}"},
-            "aggregation_dimensions": [["AutoScalingGroupName"]],
+            "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
+            "aggregation_dimensions": [["Fleet"]],
             "metrics_collected": measurements,
         },
         "logs": logs,

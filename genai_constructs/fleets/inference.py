@@ -1,0 +1,725 @@
+"""GpuInferenceFleet: real-time model serving on EC2 that stays predictable under load.
+
+The plan (``plan_inference``) picks the instance, the tensor-parallel degree and the per-instance concurrency cap;
+this construct turns it into an Auto Scaling group behind an internal Application Load Balancer, with a health
+check that proves the model answers, scaling on what users feel, a warm pool for fast starts, deployments that
+never mix model versions behind one target group, and a dashboard and alarms. See docs/gpu-inference-fleet.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aws_cdk import Acknowledgment, Annotations, Aws, Duration, Names, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from genai_constructs.errors import ConfigurationError, GenaiConstructsError
+from genai_constructs.fleets import _launch
+from genai_constructs.monitoring import (
+    InferenceAlarmThresholds,
+    InferenceFleetAlarmFactory,
+    InferenceFleetMetricFactory,
+    inference_fleet_segment,
+)
+from genai_constructs.monitoring.alarms import P99_LATENCY_FACTOR
+from genai_constructs.network import PrivateDataPath
+from genai_constructs.planner import estimate, load_catalog, plan_inference
+from genai_constructs.planner.plans import InferencePlan
+from genai_constructs.workload import ModelArtifact, ModelShape, RealtimeTraffic
+
+_NAME = "GpuInferenceFleet"
+
+# ---- Defaults, each with its reason ---------------------------------------------------------------------------------
+DEFAULT_SERVER_PORT = 8000
+"""vLLM's OpenAI-compatible server listens on 8000 by default."""
+DEFAULT_HEALTH_PORT = 8081
+"""The health sidecar's port (genai_constructs.runtime.health_sidecar.DEFAULT_PORT)."""
+DEFAULT_HEALTH_PATH = "/healthz"
+"""The sidecar's path: 200 only when a one-token completion answered within the probe timeout."""
+HEALTH_PROBE_TIMEOUT = Duration.seconds(5)
+"""The sidecar's probe timeout; a one-token completion on a loaded model takes well under a second."""
+HEALTH_CHECK_TIMEOUT = Duration.seconds(12)
+"""Above the sidecar's worst case (probe + progress scrape, each bounded by HEALTH_PROBE_TIMEOUT)."""
+HEALTH_CHECK_INTERVAL = Duration.seconds(15)
+"""Must exceed HEALTH_CHECK_TIMEOUT; with UNHEALTHY_THRESHOLD a wedged instance leaves rotation in 45 s."""
+HEALTHY_THRESHOLD = 2
+UNHEALTHY_THRESHOLD = 3
+"""Three failed checks: one slow probe under a burst does not take an instance out."""
+SERVER_START_BASE = Duration.minutes(5)
+"""Boot, image pull and server start-up (CUDA graph capture, engine warm-up) before weights count."""
+WEIGHT_LOAD_GIB_PER_S = 0.25
+"""Pessimistic S3-to-EBS-to-GPU rate for a cold start: 'aws s3 sync' plus a read at the root volume's throughput."""
+ROOT_VOLUME_THROUGHPUT_MIBPS = 1000
+"""gp3 defaults to 125 MiB/s, which makes a 131 GiB model take 18 minutes to read from a warm-pool instance's root;
+1000 MiB/s reads it in about 2.5. Costs about USD 35 per volume-month above the baseline."""
+ROOT_VOLUME_IOPS = 4000
+"""gp3 allows 0.25 MiB/s per provisioned IOPS: 1000 MiB/s needs 4000 IOPS."""
+DEREGISTRATION_DELAY = Duration.seconds(300)
+"""A draining instance keeps its streams for 5 minutes: a few thousand tokens at 20-50 ms each finish inside it."""
+IDLE_TIMEOUT = Duration.seconds(300)
+"""A non-streaming completion sends nothing until its last token; the ALB's 60 s default would cut long ones."""
+WARM_POOL_MIN_SIZE = 1
+"""One stopped, pre-loaded instance always waits: replacing a wedged instance or the first scale-out starts in
+minutes rather than a full cold start, for the price of one stopped root volume."""
+SCALE_OUT_EVALUATION_MINUTES = 3
+SCALE_OUT_DATAPOINTS = 2
+"""Latency-driven scale-out after two bad minutes out of three: fast, but not on a single slow minute."""
+SCALE_IN_EVALUATION_MINUTES = 15
+"""Scale in only after 15 quiet minutes: removing a GPU instance is cheap to regret slowly, costly to regret fast."""
+SCALE_IN_LOAD_FRACTION = 0.5
+"""Scale in when requests per target fall under half the tracking target: a band, so in and out never fight."""
+INSTANCE_REFRESH_MIN_HEALTHY_PERCENT = 100
+"""Never drop below the serving capacity during a roll: launch new instances before terminating old ones."""
+INSTANCE_REFRESH_MAX_HEALTHY_PERCENT = 200
+INSTANCE_REFRESH_CHECKPOINTS = (50, 100)
+"""Pause at half the fleet so the alarms (and a human) can stop a bad version before it takes everything."""
+INSTANCE_REFRESH_CHECKPOINT_DELAY = Duration.minutes(10)
+ACCESS_LOG_PREFIX = "alb"
+ACCESS_LOG_RETENTION = Duration.days(90)
+"""Three months of ALB access logs covers incident reviews; S3 lifecycle deletes older objects."""
+LOG_RETENTION = logs.RetentionDays.ONE_YEAR
+"""A year of instance and server logs: the NIST 800-53 and HIPAA packs ask for a set retention."""
+METRIC_NAMESPACE = "GenaiConstructs/Inference"
+"""One namespace for every fleet's agent and sidecar metrics; the Fleet dimension tells fleets apart."""
+FETCH_TIMEOUT = Duration.hours(1)
+"""Downloading and verifying the largest catalog model (hundreds of GiB) fits in an hour."""
+DEFAULT_IMAGE_ACCOUNT = "763104351884"
+"""AWS Deep Learning Containers registry: private ECR, reachable through the VPC's ECR endpoints (no internet)."""
+DEFAULT_IMAGE_REPOSITORY = "vllm"
+DEFAULT_IMAGE_TAG = "0.13-gpu-py312-ec2"
+"""The AWS vLLM DLC for EC2 (OpenAI-compatible server); pin another with image_tag."""
+DEFAULT_SERVER_ENTRYPOINT = "python3"
+DEFAULT_SERVER_ARGS: tuple[str, ...] = (
+    "-m", "vllm.entrypoints.openai.api_server",
+    "--model", "{model_dir}",
+    "--served-model-name", "{served_model_name}",
+    "--tensor-parallel-size", "{tensor_parallel_size}",
+    "--max-num-seqs", "{max_num_seqs}",
+    "--port", "{port}",
+    "--disable-log-requests",
+)
+"""vLLM with the plan's tensor-parallel degree and per-instance concurrency cap (--max-num-seqs)."""
+BLUE, GREEN = "Blue", "Green"
+_SDK_PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
+"""Construct id of CDK's singleton AwsCustomResource provider function (aws-cdk-lib custom-resources)."""
+
+
+@dataclass(frozen=True)
+class _Slot:
+    name: str
+    artifact: ModelArtifact
+    auto_scaling_group: autoscaling.AutoScalingGroup
+    target_group: elbv2.ApplicationTargetGroup
+    launch_template: ec2.LaunchTemplate
+
+
+class GpuInferenceFleet(Construct):
+    """A fleet of GPU (or Neuron) instances serving an OpenAI-compatible model server behind an internal ALB.
+
+    :param network: the PrivateDataPath the fleet launches into (its private subnets and endpoints).
+    :param model: the model served.
+    :param traffic: the real-time traffic the fleet is planned for.
+    :param model_artifact: where the weights and their sha256 manifest live; its ``version`` is the deployed version.
+    :param instance_type: override the planned instance type. Default: the plan's. An instance that cannot hold the
+        model is an error naming the memory needed and available.
+    :param min_instances: Default: the plan's (at least 2, across 2 AZs). :param max_instances: Default: the plan's.
+    :param image_repository: ECR repository of the server image. Default: the AWS vLLM Deep Learning Container
+        (``DEFAULT_IMAGE_ACCOUNT``/``DEFAULT_IMAGE_REPOSITORY``); Neuron plans must name one.
+    :param image_tag: Default: ``DEFAULT_IMAGE_TAG`` for the default repository; required with ``image_repository``.
+    :param server_entrypoint: Default: ``DEFAULT_SERVER_ENTRYPOINT``.
+    :param server_args: arguments after the image. Default: ``DEFAULT_SERVER_ARGS``. ``{model_dir}``,
+        ``{tensor_parallel_size}``, ``{max_num_seqs}``, ``{port}``, ``{served_model_name}`` are filled in.
+    :param server_port: Default: ``DEFAULT_SERVER_PORT``.
+    :param health_check_path: path of the health sidecar. Default: ``DEFAULT_HEALTH_PATH``.
+    :param certificate: ACM certificate: the listener serves HTTPS on 443 with a TLS 1.2+ restricted policy.
+    :param allow_plain_http: serve plain HTTP on 80 when no certificate is given. Default: False (an error).
+    :param warm_pool: keep stopped, pre-loaded instances for fast scale-out. Default: True.
+    :param spot: Spot instances. Default: False; not allowed with a warm pool.
+    :param latency_is_the_product: place the fleet in a cluster placement group (one AZ). Default: False.
+    :param green_model_artifact: a second model version served by a second (green) target group.
+    :param green_traffic_percent: share of requests for the green target group, 0-100. Default: 0.
+    :param health_check_grace_period: Default: sized to the model's load time (SERVER_START_BASE + weights at
+        WEIGHT_LOAD_GIB_PER_S).
+    :param machine_image: pin an AMI. Default: the DLAMI from its public SSM parameter (see fleets/_launch.py).
+    :param allow_from_vpc: admit the whole VPC CIDR to the listener. Default: True; else use ``connections``.
+    :param notifications_topic: existing SNS topic for alarms and lifecycle notifications. Default: a new,
+        KMS-encrypted topic.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        network: PrivateDataPath,
+        model: ModelShape,
+        traffic: RealtimeTraffic,
+        model_artifact: ModelArtifact,
+        instance_type: str | None = None,
+        min_instances: int | None = None,
+        max_instances: int | None = None,
+        image_repository: ecr.IRepository | None = None,
+        image_tag: str | None = None,
+        server_entrypoint: str = DEFAULT_SERVER_ENTRYPOINT,
+        server_args: Sequence[str] | None = None,
+        server_port: int = DEFAULT_SERVER_PORT,
+        health_check_path: str = DEFAULT_HEALTH_PATH,
+        certificate: acm.ICertificate | None = None,
+        allow_plain_http: bool = False,
+        warm_pool: bool = True,
+        spot: bool = False,
+        latency_is_the_product: bool = False,
+        green_model_artifact: ModelArtifact | None = None,
+        green_traffic_percent: int = 0,
+        health_check_grace_period: Duration | None = None,
+        machine_image: ec2.IMachineImage | None = None,
+        allow_from_vpc: bool = True,
+        notifications_topic: sns.ITopic | None = None,
+    ) -> None:
+        plan = _validate(
+            model=model, traffic=traffic, model_artifact=model_artifact, instance_type=instance_type,
+            min_instances=min_instances, max_instances=max_instances, image_repository=image_repository,
+            image_tag=image_tag, server_port=server_port, health_check_path=health_check_path,
+            certificate=certificate, allow_plain_http=allow_plain_http, warm_pool=warm_pool, spot=spot,
+            green_model_artifact=green_model_artifact, green_traffic_percent=green_traffic_percent,
+            server_args=server_args,
+        )
+        super().__init__(scope, id)
+        self.plan: InferencePlan = plan
+        self.network = network
+        self.min_instances = min_instances if min_instances is not None else plan.min_instances
+        self.max_instances = max(max_instances if max_instances is not None else plan.max_instances,
+                                 self.min_instances)
+        self.fleet_name = Names.unique_resource_name(self, max_length=64, separator="-")
+        accelerator: _launch.AcceleratorKind = "neuron" if plan.is_neuron else "nvidia"
+
+        if latency_is_the_product:
+            Annotations.of(self).add_warning_v2(
+                "genai-constructs:GpuInferenceFleetSingleAz",
+                "latency_is_the_product=True: the fleet runs in one cluster placement group, so in one AZ; it trades "
+                "the two-AZ spread for lower network jitter, and scale-out may fail with InsufficientInstanceCapacity")
+
+        # ---- Shared resources: key, topic, logs, security groups, role --------------------------------------
+        self.encryption_key = _launch.ebs_encryption_key(
+            self, "Key", description=f"{_NAME} {self.node.path}: EBS root volumes, SNS topic, log group")
+        self.encryption_key.add_to_resource_policy(iam.PolicyStatement(
+            sid="CloudWatchAlarmsPublishToTheTopic",
+            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"]))
+        self.encryption_key.add_to_resource_policy(iam.PolicyStatement(
+            sid="CloudWatchLogsEncryptTheLogGroup",
+            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            resources=["*"],
+            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn":
+                                    f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}}))
+
+        self.topic: sns.ITopic = notifications_topic or sns.Topic(
+            self, "Topic", master_key=self.encryption_key, enforce_ssl=True,
+            display_name=f"{_NAME} alarms and lifecycle notifications")
+
+        self.log_group = logs.LogGroup(self, "LogGroup", retention=LOG_RETENTION, encryption_key=self.encryption_key,
+                                       removal_policy=RemovalPolicy.RETAIN)
+
+        self.load_balancer_security_group = ec2.SecurityGroup(
+            self, "LoadBalancerSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
+            description=f"{_NAME} internal load balancer")
+        self.security_group = ec2.SecurityGroup(
+            self, "InstanceSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
+            description=f"{_NAME} instances: the load balancer on the serving and health ports only")
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443),
+            "HTTPS to the VPC endpoints and the S3 gateway endpoint (the VPC has no route to the internet)")
+        self.security_group.connections.allow_from(
+            self.load_balancer_security_group, ec2.Port.tcp(server_port), "Load balancer to the model server")
+        self.security_group.connections.allow_from(
+            self.load_balancer_security_group, ec2.Port.tcp(DEFAULT_HEALTH_PORT), "Load balancer health checks")
+
+        repository = image_repository or ecr.Repository.from_repository_attributes(
+            self, "DefaultImageRepository", repository_name=DEFAULT_IMAGE_REPOSITORY,
+            repository_arn=f"arn:{Aws.PARTITION}:ecr:{Aws.REGION}:{DEFAULT_IMAGE_ACCOUNT}:repository/"
+                           f"{DEFAULT_IMAGE_REPOSITORY}")
+        self.image_uri = repository.repository_uri_for_tag(image_tag or DEFAULT_IMAGE_TAG)
+
+        artifacts = [model_artifact] + ([green_model_artifact] if green_model_artifact else [])
+        for artifact in artifacts:
+            network.allow_bucket_name(artifact.bucket_name)
+        self.instance_policy = self._instance_policy(artifacts, repository)
+        self.role = iam.Role(
+            self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            managed_policies=[self.instance_policy],
+            description=f"{_NAME} instances: read the model, write logs and metrics, pull the image, SSM")
+
+        # ---- Load balancer and listener ------------------------------------------------------------------------
+        self.load_balancer = elbv2.ApplicationLoadBalancer(
+            self, "LoadBalancer", vpc=network.vpc, vpc_subnets=network.subnet_selection, internet_facing=False,
+            security_group=self.load_balancer_security_group, idle_timeout=IDLE_TIMEOUT,
+            drop_invalid_header_fields=True, deletion_protection=False)
+        self.access_log_bucket = s3.Bucket(
+            self, "AccessLogs", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            versioned=True, removal_policy=RemovalPolicy.RETAIN,
+            lifecycle_rules=[s3.LifecycleRule(expiration=ACCESS_LOG_RETENTION,
+                                              noncurrent_version_expiration=Duration.days(1))])
+        Validations.of(self.access_log_bucket).acknowledge(Acknowledgment(
+            id="AwsSolutions-S1",
+            reason="This bucket is the destination of the load balancer's access logs; logging its own access "
+                   "into itself would loop, and a second bucket would need the same exemption"))
+        self._log_access(ACCESS_LOG_PREFIX)
+
+        listener_port = 443 if certificate else 80
+        self.listener_port = listener_port
+        self.connections = ec2.Connections(
+            security_groups=[self.load_balancer_security_group], default_port=ec2.Port.tcp(listener_port))
+        if allow_from_vpc:
+            self.connections.allow_default_port_from(ec2.Peer.ipv4(network.vpc_cidr), "Clients inside the VPC")
+
+        # ---- One slot (blue) or two (blue, green): ASG + launch template + target group each -----------------
+        grace = health_check_grace_period or Duration.seconds(
+            int(SERVER_START_BASE.to_seconds() + math.ceil(plan.weights_gib / WEIGHT_LOAD_GIB_PER_S)))
+        self.health_check_grace_period = grace
+        placement_group = (
+            ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            if latency_is_the_product else None)
+        self.placement_group = placement_group
+        subnets = (ec2.SubnetSelection(subnets=network.subnets[:1]) if latency_is_the_product
+                   else network.subnet_selection)
+        self.request_target_per_minute = _requests_per_target_per_minute(plan)
+
+        self.slots: list[_Slot] = []
+        for name, artifact in ((BLUE, model_artifact), (GREEN, green_model_artifact)):
+            if artifact is None:
+                continue
+            self.slots.append(self._slot(
+                name, artifact, plan=plan, accelerator=accelerator, server_entrypoint=server_entrypoint,
+                server_args=tuple(server_args) if server_args is not None else DEFAULT_SERVER_ARGS,
+                server_port=server_port, health_check_path=health_check_path, grace=grace,
+                machine_image=machine_image, placement_group=placement_group, subnets=subnets,
+                warm_pool=warm_pool, model=model))
+
+        blue = self.slots[0]
+        self.auto_scaling_group = blue.auto_scaling_group
+        self.target_group = blue.target_group
+        self.launch_template = blue.launch_template
+        self.green_auto_scaling_group = self.slots[1].auto_scaling_group if len(self.slots) > 1 else None
+        self.green_target_group = self.slots[1].target_group if len(self.slots) > 1 else None
+
+        if self.green_target_group is not None:
+            action = elbv2.ListenerAction.weighted_forward([
+                elbv2.WeightedTargetGroup(target_group=blue.target_group, weight=100 - green_traffic_percent),
+                elbv2.WeightedTargetGroup(target_group=self.green_target_group, weight=green_traffic_percent),
+            ])
+        else:
+            action = elbv2.ListenerAction.forward([blue.target_group])
+        if certificate is not None:
+            self.listener = self.load_balancer.add_listener(
+                "Listener", port=443, protocol=elbv2.ApplicationProtocol.HTTPS, certificates=[certificate],
+                ssl_policy=elbv2.SslPolicy.TLS13_RES, default_action=action, open=False)
+        else:
+            Annotations.of(self).add_warning_v2(
+                "genai-constructs:GpuInferenceFleetPlainHttp",
+                "allow_plain_http=True: prompts and completions cross the VPC unencrypted; pass certificate= for HTTPS")
+            self.listener = self.load_balancer.add_listener(
+                "Listener", port=80, protocol=elbv2.ApplicationProtocol.HTTP, default_action=action, open=False)
+        for slot in self.slots:  # after the listener: RequestCountPerTarget needs the target group bound to it
+            self._scaling(slot, plan, traffic)
+
+        # ---- Observability -----------------------------------------------------------------------------------
+        self.metrics = InferenceFleetMetricFactory(
+            load_balancer=self.load_balancer, target_groups=[s.target_group for s in self.slots],
+            auto_scaling_group_names=[s.auto_scaling_group.auto_scaling_group_name for s in self.slots],
+            namespace=METRIC_NAMESPACE, fleet=self.fleet_name)
+        self.latency_target = Duration.millis(traffic.p95_ttft_ms)
+        self.alarms = InferenceFleetAlarmFactory(self, metrics=self.metrics, topic=self.topic).create(
+            InferenceAlarmThresholds(
+                p99_latency=Duration.millis(traffic.p95_ttft_ms * P99_LATENCY_FACTOR),
+                gpu_memory_used_percent=None if plan.is_neuron else InferenceAlarmThresholds.gpu_memory_used_percent,
+            ))
+        self.dashboard = cw.Dashboard(self, "Dashboard", widgets=inference_fleet_segment(
+            self.metrics, title=f"{_NAME} {self.node.path}: {model.name} on {plan.instance_type}",
+            latency_target_s=traffic.p95_ttft_ms / 1000, alarms=list(self.alarms.values()),
+            usd_per_instance_hour=plan.usd_per_hour))
+
+    # ---- Building blocks --------------------------------------------------------------------------------------
+
+    def _instance_policy(self, artifacts: list[ModelArtifact], repository: ecr.IRepository) -> iam.ManagedPolicy:
+        """The instance role's only permissions, as one customer-managed policy on exact ARNs."""
+        statements = []
+        for index, artifact in enumerate(artifacts):
+            bucket_arn = f"arn:{Aws.PARTITION}:s3:::{artifact.bucket_name}"
+            statements.append(iam.PolicyStatement(
+                sid=f"ReadModelArtifact{index}", actions=["s3:GetObject"],
+                resources=[f"{bucket_arn}/{artifact.prefix}*"]))
+            statements.append(iam.PolicyStatement(
+                sid=f"ListModelArtifact{index}", actions=["s3:ListBucket"], resources=[bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [artifact.prefix, f"{artifact.prefix}*"]}}))
+            if artifact.kms_key_arn:
+                statements.append(iam.PolicyStatement(
+                    sid=f"DecryptModelArtifact{index}", actions=["kms:Decrypt"], resources=[artifact.kms_key_arn],
+                    conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}}))
+        statements += [
+            iam.PolicyStatement(
+                sid="WriteOwnLogGroup", actions=["logs:CreateLogStream", "logs:PutLogEvents",
+                                                 "logs:DescribeLogStreams"],
+                resources=[self.log_group.log_group_arn]),
+            iam.PolicyStatement(
+                sid="PutMetricsInOwnNamespace", actions=["cloudwatch:PutMetricData"], resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}),
+            iam.PolicyStatement(
+                sid="PullServerImage", resources=[repository.repository_arn],
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]),
+            iam.PolicyStatement(sid="EcrAuthorizationToken", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            iam.PolicyStatement(
+                sid="SessionManagerCore", resources=["*"],
+                actions=["ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
+                         "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+                         "ssmmessages:OpenDataChannel", "ec2messages:AcknowledgeMessage", "ec2messages:DeleteMessage",
+                         "ec2messages:FailMessage", "ec2messages:GetEndpoint", "ec2messages:GetMessages",
+                         "ec2messages:SendReply"]),
+        ]
+        policy = iam.ManagedPolicy(self, "InstancePolicy", statements=statements,
+                                   description=f"{_NAME} instances: the model, logs, metrics, image pull, SSM")
+        Validations.of(policy).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="Only for actions with no resource-level permissions: ecr:GetAuthorizationToken (a registry-wide "
+                   "token; the pull itself is limited to the named repository), cloudwatch:PutMetricData (limited "
+                   "by the cloudwatch:namespace condition) and the Session Manager core actions"))
+        for artifact in artifacts:
+            Validations.of(policy).acknowledge(Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{artifact.bucket_name}/{artifact.prefix}*]",
+                reason="Every object under the model version's prefix: the weights' file names vary by model"))
+        return policy
+
+    def _slot(self, name: str, artifact: ModelArtifact, *, plan: InferencePlan, accelerator: _launch.AcceleratorKind,
+              server_entrypoint: str, server_args: tuple[str, ...], server_port: int, health_check_path: str,
+              grace: Duration, machine_image: ec2.IMachineImage | None,
+              placement_group: ec2.IPlacementGroup | None, subnets: ec2.SubnetSelection, warm_pool: bool,
+              model: ModelShape) -> _Slot:
+        suffix = "" if name == BLUE else name
+        fleet = self.fleet_name
+        agent_config = _launch.cloudwatch_agent_config(
+            namespace=METRIC_NAMESPACE, log_group_name=self.log_group.log_group_name, fleet=fleet,
+            log_files={"/var/log/genai/model-server.log": "model-server",
+                       "/var/log/genai/bootstrap.log": "bootstrap",
+                       "/var/log/genai/health-sidecar.log": "health-sidecar"},
+            accelerator=accelerator)
+        script = _launch.render_serving_user_data(_launch.ServingUserData(
+            model_bucket=artifact.bucket_name, model_prefix=artifact.prefix, model_version=artifact.version,
+            manifest_name=artifact.manifest_name, image_uri=self.image_uri, server_entrypoint=server_entrypoint,
+            server_args=server_args, served_model_name=model.name, server_port=server_port,
+            tensor_parallel_size=plan.devices_per_replica, max_num_seqs=plan.concurrency_per_instance,
+            health_port=DEFAULT_HEALTH_PORT, health_path=health_check_path,
+            health_probe_timeout_s=HEALTH_PROBE_TIMEOUT.to_seconds(), accelerator=accelerator,
+            region=Aws.REGION, metric_namespace=METRIC_NAMESPACE, fleet_name=fleet,
+            log_group_name=self.log_group.log_group_name, cloudwatch_agent_config=agent_config,
+            fetch_timeout_s=int(FETCH_TIMEOUT.to_seconds())))
+        launch_template = _launch.build_gpu_launch_template(
+            self, f"LaunchTemplate{suffix}", instance_type=plan.instance_type, accelerator=accelerator,
+            role=self.role, security_group=self.security_group,
+            user_data=_launch.user_data_from_script(script),
+            root_volume_size_gib=_launch.root_volume_gib(plan.weights_gib), encryption_key=self.encryption_key,
+            machine_image=machine_image, placement_group=placement_group,
+            root_volume_iops=ROOT_VOLUME_IOPS, root_volume_throughput_mibps=ROOT_VOLUME_THROUGHPUT_MIBPS)
+
+        group = autoscaling.AutoScalingGroup(
+            self, f"AutoScalingGroup{suffix}", vpc=self.network.vpc, vpc_subnets=subnets,
+            launch_template=launch_template, min_capacity=self.min_instances, max_capacity=self.max_instances,
+            health_checks=autoscaling.HealthChecks.with_additional_checks(
+                additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=grace),
+            default_instance_warmup=grace,
+            group_metrics=[autoscaling.GroupMetrics.all()],
+            notifications=[autoscaling.NotificationConfiguration(topic=self.topic)],
+            termination_policies=[autoscaling.TerminationPolicy.OLDEST_LAUNCH_TEMPLATE,
+                                  autoscaling.TerminationPolicy.DEFAULT],
+        )
+        if warm_pool:
+            group.add_warm_pool(pool_state=autoscaling.PoolState.STOPPED, reuse_on_scale_in=True,
+                                min_size=WARM_POOL_MIN_SIZE)
+            self._suspend_az_rebalance(group, suffix)
+
+        target_group = elbv2.ApplicationTargetGroup(
+            self, f"TargetGroup{suffix}", vpc=self.network.vpc, port=server_port,
+            protocol=elbv2.ApplicationProtocol.HTTP, target_type=elbv2.TargetType.INSTANCE,
+            deregistration_delay=DEREGISTRATION_DELAY,
+            load_balancing_algorithm_type=elbv2.TargetGroupLoadBalancingAlgorithmType.LEAST_OUTSTANDING_REQUESTS,
+            health_check=elbv2.HealthCheck(
+                path=health_check_path, port=str(DEFAULT_HEALTH_PORT), protocol=elbv2.Protocol.HTTP,
+                healthy_http_codes="200", interval=HEALTH_CHECK_INTERVAL, timeout=HEALTH_CHECK_TIMEOUT,
+                healthy_threshold_count=HEALTHY_THRESHOLD, unhealthy_threshold_count=UNHEALTHY_THRESHOLD))
+        target_group.add_target(group)
+        self._instance_refresh(group, launch_template, grace, suffix)
+        return _Slot(name=name, artifact=artifact, auto_scaling_group=group, target_group=target_group,
+                     launch_template=launch_template)
+
+    def _log_access(self, prefix: str) -> None:
+        """Access logs to the SSE-S3 bucket (ALB log delivery supports only SSE-S3, not SSE-KMS, on the bucket).
+
+        With a known region CDK grants the region's ELB account. In an environment-agnostic stack the region is a
+        token, so this grants the log-delivery service principal AWS uses in Regions launched from August 2022 on,
+        and warns: older Regions still deliver as their regional ELB account (give the stack an env).
+        """
+        if not Token.is_unresolved(Stack.of(self).region):
+            self.load_balancer.log_access_logs(self.access_log_bucket, prefix=prefix)
+            return
+        Annotations.of(self).add_warning_v2(
+            "genai-constructs:GpuInferenceFleetAccessLogsRegion",
+            "environment-agnostic stack: ALB access log delivery is granted to logdelivery.elasticloadbalancing."
+            "amazonaws.com, which Regions launched before August 2022 do not use; give the stack an env (region)")
+        self.load_balancer.set_attribute("access_logs.s3.enabled", "true")
+        self.load_balancer.set_attribute("access_logs.s3.bucket", self.access_log_bucket.bucket_name)
+        self.load_balancer.set_attribute("access_logs.s3.prefix", prefix)
+        self.access_log_bucket.add_to_resource_policy(iam.PolicyStatement(
+            sid="AlbAccessLogDelivery", actions=["s3:PutObject"],
+            principals=[iam.ServicePrincipal("logdelivery.elasticloadbalancing.amazonaws.com")],
+            resources=[self.access_log_bucket.arn_for_objects(f"{prefix}/AWSLogs/{Aws.ACCOUNT_ID}/*")]))
+        policy = self.access_log_bucket.policy
+        if policy is not None:
+            self.load_balancer.node.add_dependency(policy)
+
+    def _scaling(self, slot: _Slot, plan: InferencePlan, traffic: RealtimeTraffic) -> None:
+        group, target_group = slot.auto_scaling_group, slot.target_group
+        target = self.request_target_per_minute
+        # 1. In-flight load per instance, measured at the load balancer: scale out (never in) to hold the target.
+        group.scale_on_request_count("RequestsPerTarget", target_requests_per_minute=target, disable_scale_in=True)
+        # 2. p95 TargetResponseTime against the latency target: step out when users feel it.
+        latency_s = traffic.p95_ttft_ms / 1000
+        group.scale_on_metric(
+            "LatencyScaleOut",
+            metric=target_group.metrics.target_response_time(statistic="p95", period=Duration.minutes(1)),
+            scaling_steps=[autoscaling.ScalingInterval(upper=latency_s, change=0),
+                           autoscaling.ScalingInterval(lower=latency_s, upper=2 * latency_s, change=1),
+                           autoscaling.ScalingInterval(lower=2 * latency_s, change=2)],
+            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            evaluation_periods=SCALE_OUT_EVALUATION_MINUTES, datapoints_to_alarm=SCALE_OUT_DATAPOINTS)
+        # 3. Scale in slowly, and only well below the load target.
+        group.scale_on_metric(
+            "ScaleIn",
+            metric=target_group.metrics.request_count_per_target(statistic="Sum", period=Duration.minutes(1)),
+            scaling_steps=[autoscaling.ScalingInterval(upper=target * SCALE_IN_LOAD_FRACTION, change=-1),
+                           autoscaling.ScalingInterval(lower=target * SCALE_IN_LOAD_FRACTION, change=0)],
+            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            evaluation_periods=SCALE_IN_EVALUATION_MINUTES, datapoints_to_alarm=SCALE_IN_EVALUATION_MINUTES)
+
+    def _group_arn(self, group: autoscaling.AutoScalingGroup) -> str:
+        return (f"arn:{Aws.PARTITION}:autoscaling:{Aws.REGION}:{Aws.ACCOUNT_ID}:autoScalingGroup:*:"
+                f"autoScalingGroupName/{group.auto_scaling_group_name}")
+
+    def _suspend_az_rebalance(self, group: autoscaling.AutoScalingGroup, suffix: str) -> None:
+        """Suspend AZRebalance while the warm pool is on (CloudFormation has no property for it: an SDK call).
+
+        AZ rebalancing terminates running instances to even out the zones. On a GPU fleet that cuts streams in
+        flight and throws away loaded weights, and the launch it makes in the short zone is the one most likely to
+        fail for capacity; with a warm pool it also churns pre-loaded instances. Availability still comes from
+        min_instances >= 2 across two zones, and scale-out already launches into the zone with fewer instances.
+        """
+        call = cr.AwsSdkCall(
+            service="AutoScaling", action="suspendProcesses",
+            parameters={"AutoScalingGroupName": group.auto_scaling_group_name, "ScalingProcesses": ["AZRebalance"]},
+            physical_resource_id=cr.PhysicalResourceId.of(f"{group.node.path}/AZRebalanceSuspended"))
+        resource = cr.AwsCustomResource(
+            self, f"SuspendAzRebalance{suffix}", on_create=call, on_update=call, install_latest_aws_sdk=False,
+            policy=cr.AwsCustomResourcePolicy.from_statements([iam.PolicyStatement(
+                actions=["autoscaling:SuspendProcesses"], resources=[self._group_arn(group)])]))
+        self._acknowledge_sdk_provider(resource, group)
+
+    def _instance_refresh(self, group: autoscaling.AutoScalingGroup, launch_template: ec2.LaunchTemplate,
+                          warmup: Duration, suffix: str) -> None:
+        """Roll the group through an instance refresh whenever its launch template gets a new version.
+
+        A new model version changes the user data, hence the launch template; CloudFormation points the group at the
+        new version without touching running instances, and this SDK call (re-run because the version number it
+        carries changed) starts the refresh: new instances first (min healthy 100 %), checkpoints at 50 and 100 %.
+        """
+        preferences = {
+            "MinHealthyPercentage": INSTANCE_REFRESH_MIN_HEALTHY_PERCENT,
+            "MaxHealthyPercentage": INSTANCE_REFRESH_MAX_HEALTHY_PERCENT,
+            "InstanceWarmup": int(warmup.to_seconds()),
+            "CheckpointPercentages": list(INSTANCE_REFRESH_CHECKPOINTS),
+            "CheckpointDelay": int(INSTANCE_REFRESH_CHECKPOINT_DELAY.to_seconds()),
+            "SkipMatching": True,
+        }
+        call = cr.AwsSdkCall(
+            service="AutoScaling", action="startInstanceRefresh",
+            parameters={"AutoScalingGroupName": group.auto_scaling_group_name, "Strategy": "Rolling",
+                        "Preferences": preferences},
+            # The launch template's version is part of the call, so a new version changes this resource's
+            # properties and CloudFormation runs on_update again.
+            physical_resource_id=cr.PhysicalResourceId.of(
+                f"InstanceRefresh-{launch_template.launch_template_id}-{launch_template.latest_version_number}"),
+            ignore_error_codes_matching="InstanceRefreshInProgress")
+        resource = cr.AwsCustomResource(
+            self, f"InstanceRefresh{suffix}", install_latest_aws_sdk=False,
+            # Nothing to roll when the group is created: its instances already run the first version.
+            on_create=cr.AwsSdkCall(
+                service="AutoScaling", action="describeInstanceRefreshes",
+                parameters={"AutoScalingGroupName": group.auto_scaling_group_name, "MaxRecords": 1},
+                physical_resource_id=cr.PhysicalResourceId.of(
+                    f"InstanceRefresh-{launch_template.launch_template_id}-{launch_template.latest_version_number}")),
+            on_update=call,
+            policy=cr.AwsCustomResourcePolicy.from_statements([
+                iam.PolicyStatement(actions=["autoscaling:StartInstanceRefresh"], resources=[self._group_arn(group)]),
+                iam.PolicyStatement(actions=["autoscaling:DescribeInstanceRefreshes"], resources=["*"]),
+            ]))
+        resource.node.add_dependency(group)
+        self._acknowledge_sdk_provider(resource, group)
+        Validations.of(resource).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="autoscaling:DescribeInstanceRefreshes (the no-op when the group is created) has no "
+                   "resource-level permissions"))
+
+    def _acknowledge_sdk_provider(self, resource: cr.AwsCustomResource, group: autoscaling.AutoScalingGroup) -> None:
+        """Narrow acknowledgments for CDK's AWS SDK custom resource: the group's ARN pattern and its Lambda's role."""
+        group_ref = Stack.of(self).resolve(group.auto_scaling_group_name)["Ref"]
+        Validations.of(resource).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
+               f"autoScalingGroup:*:autoScalingGroupName/<{group_ref}>]",
+            reason="An Auto Scaling group ARN embeds a UUID CloudFormation does not return; the group name pins it"))
+        provider = Stack.of(self).node.try_find_child(_SDK_PROVIDER_ID)
+        if provider is not None:
+            Validations.of(provider).acknowledge(Acknowledgment(
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                   "AWSLambdaBasicExecutionRole]",
+                reason="CDK's AwsCustomResource provider (one per stack, shared) writes its own Lambda logs with this "
+                       "policy; its SDK calls are limited by the statements each custom resource adds"))
+
+    # ---- Metric helpers ---------------------------------------------------------------------------------------
+
+    def metric_target_response_time(self, statistic: str = "p95") -> cw.Metric:
+        """ALB ``TargetResponseTime`` at ``statistic`` (time to first byte: TTFT when streaming)."""
+        return self.metrics.metric_target_response_time(statistic)
+
+    def metric_http_5xx_rate(self) -> cw.MathExpression:
+        return self.metrics.metric_http_5xx_rate()
+
+    def metric_request_count_per_target(self) -> cw.Metric:
+        return self.metrics.metric_request_count_per_target(self.target_group)
+
+    def metric_gpu_utilization(self) -> cw.Metric:
+        return self.metrics.metric_gpu_utilization()
+
+    def metric_gpu_memory_used_percent(self) -> cw.MathExpression:
+        return self.metrics.metric_gpu_memory_used_percent()
+
+    def metric_in_flight_requests(self) -> cw.Metric:
+        return self.metrics.metric_in_flight_requests()
+
+    def metric_usd_per_million_tokens(self) -> cw.MathExpression | None:
+        """Cost per 1M output tokens (on-demand compute); None when the catalog has no price for the instance."""
+        if self.plan.usd_per_hour is None:
+            return None
+        return self.metrics.metric_usd_per_million_tokens(self.plan.usd_per_hour)
+
+
+def _requests_per_target_per_minute(plan: InferencePlan) -> int:
+    """The planned in-flight requests per instance as a request rate (Little's law: rate = in-flight / duration).
+
+    A request lasts TTFT plus one TPOT per output token at the planned concurrency; the plan's concurrency already
+    keeps the traffic's headroom free.
+    """
+    seconds = (plan.estimate.ttft_ms + plan.traffic.output_tokens * plan.estimate.tpot_ms) / 1000
+    return max(1, int(plan.concurrency_per_instance * 60 / max(seconds, 0.001)))
+
+
+def _validate(
+    *, model: ModelShape, traffic: RealtimeTraffic, model_artifact: ModelArtifact, instance_type: str | None,
+    min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
+    image_tag: str | None, server_port: int, health_check_path: str, certificate: acm.ICertificate | None,
+    allow_plain_http: bool, warm_pool: bool, spot: bool, green_model_artifact: ModelArtifact | None,
+    green_traffic_percent: int, server_args: Sequence[str] | None,
+) -> InferencePlan:
+    """Check every argument, gather every problem, raise once; return the plan."""
+    problems: list[str] = []
+    plan: InferencePlan | None = None
+    if model.kind != "decoder":
+        problems.append(f"model ({model.name!r}) is an encoder: serve it with the embedding fleet, not {_NAME}")
+    elif instance_type is not None:
+        try:
+            instance = load_catalog().instance(instance_type)
+        except GenaiConstructsError as error:
+            problems.append(str(error))
+        else:
+            probe = estimate(model, instance, concurrency=1, prompt_tokens=traffic.prompt_tokens,
+                             output_tokens=traffic.output_tokens)
+            needed = probe.memory.total_gib - probe.memory.free_gib
+            if not probe.fits:
+                problems.append(
+                    f"instance_type ({instance_type!r}) cannot hold {model.name}: it needs {needed:.1f} GiB of "
+                    f"accelerator memory for one {traffic.prompt_tokens + traffic.output_tokens}-token sequence, "
+                    f"{instance_type} has {probe.memory.total_gib:.1f} GiB: pick a larger instance, a narrower "
+                    "precision, or drop instance_type to let the planner choose")
+            else:
+                try:
+                    plan = plan_inference(model, traffic, instance_types=[instance.instance_type],
+                                          include_neuron=instance.is_neuron)
+                except GenaiConstructsError as error:
+                    problems.append(f"instance_type ({instance_type!r}): {error}")
+    else:
+        try:
+            plan = plan_inference(model, traffic)
+        except GenaiConstructsError as error:
+            problems.append(str(error))
+
+    if spot and warm_pool:
+        problems.append("spot (True) with warm_pool (True): a warm pool cannot be added to a group that launches "
+                        "Spot Instances (EC2 Auto Scaling user guide); set warm_pool=False to use Spot, or spot=False")
+    elif spot:
+        problems.append("spot (True): a real-time fleet is on-demand only (an interruption drops the streams in "
+                        f"flight); {_NAME} does not launch Spot: use the embedding fleet for interruptible work")
+    if certificate is None and not allow_plain_http:
+        problems.append("certificate (None) and allow_plain_http (False): the listener needs one: pass certificate= "
+                        "(an ACM certificate) for HTTPS, or allow_plain_http=True to serve plain HTTP inside the VPC")
+    if certificate is not None and allow_plain_http:
+        problems.append("allow_plain_http (True) with a certificate: the listener serves HTTPS only; drop one")
+    if min_instances is not None and not Token.is_unresolved(min_instances) and min_instances < 2:
+        problems.append(f"min_instances ({min_instances}) must be >= 2: one instance per AZ in two AZs keeps the "
+                        "endpoint up when a zone or an instance fails")
+    if (min_instances is not None and max_instances is not None and not Token.is_unresolved(min_instances)
+            and not Token.is_unresolved(max_instances) and max_instances < min_instances):
+        problems.append(f"min_instances ({min_instances}) must be <= max_instances ({max_instances}): raise "
+                        "max_instances or lower min_instances")
+    if not 1 <= server_port <= 65535 or server_port in (DEFAULT_HEALTH_PORT, 22):
+        problems.append(f"server_port ({server_port}) must be 1-65535 and not {DEFAULT_HEALTH_PORT} (the health "
+                        "sidecar) or 22: use the server's own port, e.g. 8000")
+    if not health_check_path.startswith("/") or any(c.isspace() for c in health_check_path):
+        problems.append(f"health_check_path ({health_check_path!r}) must start with '/' and hold no spaces: "
+                        f"e.g. {DEFAULT_HEALTH_PATH!r}")
+    if image_repository is not None and not image_tag:
+        problems.append("image_repository given without image_tag: pin the server image with image_tag='...'")
+    if plan is not None and plan.is_neuron and image_repository is None:
+        problems.append(f"instance_type ({plan.instance_type!r}) is Neuron: the default vLLM image is for NVIDIA "
+                        "GPUs; pass image_repository= and image_tag= of a Neuron vLLM image and a Neuron-compiled "
+                        "model_artifact")
+    if server_args is not None:
+        for arg in server_args:
+            try:
+                arg.format(model_dir="", tensor_parallel_size="", max_num_seqs="", port="", served_model_name="")
+            except (KeyError, IndexError, ValueError):
+                problems.append(f"server_args item {arg!r} has an unknown placeholder: allowed are {{model_dir}}, "
+                                "{tensor_parallel_size}, {max_num_seqs}, {port}, {served_model_name} "
+                                "(double braces for a literal brace)")
+    if not 0 <= green_traffic_percent <= 100:
+        problems.append(f"green_traffic_percent ({green_traffic_percent}) must be between 0 and 100")
+    if green_traffic_percent and green_model_artifact is None:
+        problems.append(f"green_traffic_percent ({green_traffic_percent}) without green_model_artifact: name the "
+                        "version the green target group serves")
+    if green_model_artifact is not None and green_model_artifact.version == model_artifact.version:
+        problems.append(f"green_model_artifact.version ({green_model_artifact.version!r}) equals "
+                        "model_artifact.version: blue/green needs two different versions")
+    if problems:
+        raise ConfigurationError(_NAME, problems)
+    assert plan is not None
+    return plan
