@@ -730,7 +730,7 @@ class BatchWorker:
                 self.cloudwatch.put_metric_data(
                     Namespace=self.config.metrics_namespace,
                     MetricData=[
-                        {"MetricName": name, "Dimensions": [{"Name": "FleetName", "Value": self.config.fleet_name}],
+                        {"MetricName": name, "Dimensions": [{"Name": "Fleet", "Value": self.config.fleet_name}],
                          "Value": float(delta[key]), "Unit": "Count"}
                         for name, key in (("DocumentsEmbedded", "documents"), ("VectorsWritten", "vectors"),
                                           ("DocumentsFailed", "failed_documents"))

@@ -92,7 +92,7 @@ def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
 def _documents() -> tuple[dict[str, bytes], dict[str, bytes]]:
     rng = random.Random(5)
     good = {
-        f"incoming/doc-{i:04d}.txt": " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 220))).encode()
+        f"incoming/doc-{i:04d}.txt": " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 130))).encode()
         for i in range(GOOD_DOCUMENTS)
     }
     bad: dict[str, bytes] = {}
