@@ -1,0 +1,149 @@
+"""GpuInferenceFleet bad inputs: each raises ConfigurationError before synthesis, naming argument, value and fix."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_ecr as ecr
+
+from genai_constructs.errors import ConfigurationError
+from genai_constructs.fleets import GpuInferenceFleet
+from genai_constructs.network import PrivateDataPath
+from genai_constructs.workload import ModelArtifact, ModelShape, RealtimeTraffic
+
+TRAFFIC = RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20)
+ARTIFACT = ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b/")
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def scope() -> tuple[Stack, PrivateDataPath]:
+    stack = Stack(App(), "Errors")
+    return stack, PrivateDataPath(stack, "Net")
+
+
+def make(scope: tuple[Stack, PrivateDataPath], **overrides: Any) -> GpuInferenceFleet:
+    stack, network = scope
+    props: dict[str, Any] = dict(network=network, model=ModelShape.preset("llama-3.1-8b"), traffic=TRAFFIC,
+                                 model_artifact=ARTIFACT, allow_plain_http=True)
+    props.update(overrides)
+    return GpuInferenceFleet(stack, f"Fleet{next(_ids)}", **props)
+
+
+def problems(scope: tuple[Stack, PrivateDataPath], **overrides: Any) -> list[str]:
+    with pytest.raises(ConfigurationError) as raised:
+        make(scope, **overrides)
+    assert raised.value.construct == "GpuInferenceFleet"
+    return raised.value.problems
+
+
+def test_fails_without_a_certificate_or_an_explicit_plain_http_opt_in(scope: Any) -> None:
+    assert problems(scope, allow_plain_http=False) == [
+        "certificate (None) and allow_plain_http (False): the listener needs one: pass certificate= (an ACM "
+        "certificate) for HTTPS, or allow_plain_http=True to serve plain HTTP inside the VPC"]
+
+
+def test_fails_with_a_certificate_and_plain_http(scope: Any) -> None:
+    stack, _ = scope
+    cert = acm.Certificate.from_certificate_arn(stack, "Cert", "arn:aws:acm:us-east-1:111122223333:certificate/x")
+    assert problems(scope, certificate=cert) == [
+        "allow_plain_http (True) with a certificate: the listener serves HTTPS only; drop one"]
+
+
+def test_fails_when_asking_for_spot_and_a_warm_pool(scope: Any) -> None:
+    assert problems(scope, spot=True) == [
+        "spot (True) with warm_pool (True): a warm pool cannot be added to a group that launches Spot Instances "
+        "(EC2 Auto Scaling user guide); set warm_pool=False to use Spot, or spot=False"]
+
+
+def test_fails_when_asking_for_spot_without_a_warm_pool(scope: Any) -> None:
+    (problem,) = problems(scope, spot=True, warm_pool=False)
+    assert problem.startswith("spot (True): a real-time fleet is on-demand only")
+
+
+def test_fails_when_the_instance_type_cannot_hold_the_model(scope: Any) -> None:
+    (problem,) = problems(scope, model=ModelShape.preset("llama-3.1-70b"), instance_type="g5.xlarge")
+    assert problem == (
+        "instance_type ('g5.xlarge') cannot hold llama-3.1-70b: it needs 135.0 GiB of accelerator memory for one "
+        "1280-token sequence, g5.xlarge has 22.4 GiB: pick a larger instance, a narrower precision, or drop "
+        "instance_type to let the planner choose")
+
+
+def test_fails_on_an_instance_type_not_in_the_catalog(scope: Any) -> None:
+    (problem,) = problems(scope, instance_type="g5.huge")
+    assert problem.startswith("instance_type 'g5.huge' is not in the accelerator catalog (closest: ")
+
+
+def test_fails_with_fewer_than_two_instances(scope: Any) -> None:
+    assert problems(scope, min_instances=1) == [
+        "min_instances (1) must be >= 2: one instance per AZ in two AZs keeps the endpoint up when a zone or an "
+        "instance fails"]
+
+
+def test_fails_with_max_below_min(scope: Any) -> None:
+    assert problems(scope, min_instances=4, max_instances=3) == [
+        "min_instances (4) must be <= max_instances (3): raise max_instances or lower min_instances"]
+
+
+def test_fails_on_a_health_path_without_a_leading_slash(scope: Any) -> None:
+    assert problems(scope, health_check_path="healthz") == [
+        "health_check_path ('healthz') must start with '/' and hold no spaces: e.g. '/healthz'"]
+
+
+def test_fails_on_a_server_port_that_clashes_with_the_sidecar(scope: Any) -> None:
+    assert problems(scope, server_port=8081) == [
+        "server_port (8081) must be 1-65535 and not 8081 (the health sidecar) or 22: use the server's own port, "
+        "e.g. 8000"]
+
+
+def test_fails_on_an_unknown_placeholder_in_server_args(scope: Any) -> None:
+    (problem,) = problems(scope, server_args=["--model", "{weights}"])
+    assert problem.startswith("server_args item '{weights}' has an unknown placeholder: allowed are {model_dir}")
+
+
+def test_fails_on_a_green_share_out_of_range(scope: Any) -> None:
+    green = ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b-v2/", version="2")
+    assert problems(scope, green_model_artifact=green, green_traffic_percent=120) == [
+        "green_traffic_percent (120) must be between 0 and 100"]
+
+
+def test_fails_on_a_green_share_without_a_green_version(scope: Any) -> None:
+    assert problems(scope, green_traffic_percent=10) == [
+        "green_traffic_percent (10) without green_model_artifact: name the version the green target group serves"]
+
+
+def test_fails_when_green_serves_the_same_version(scope: Any) -> None:
+    assert problems(scope, green_model_artifact=ARTIFACT) == [
+        "green_model_artifact.version ('1') equals model_artifact.version: blue/green needs two different versions"]
+
+
+def test_fails_on_an_encoder_model(scope: Any) -> None:
+    assert problems(scope, model=ModelShape.preset("bge-base-en-v1.5")) == [
+        "model ('bge-base-en-v1.5') is an encoder: serve it with the embedding fleet, not GpuInferenceFleet"]
+
+
+def test_fails_on_a_neuron_instance_without_a_neuron_image(scope: Any) -> None:
+    (problem,) = problems(scope, instance_type="inf2.xlarge")
+    assert problem.startswith("instance_type ('inf2.xlarge') is Neuron: the default vLLM image is for NVIDIA GPUs")
+
+
+def test_fails_on_an_image_repository_without_a_tag(scope: Any) -> None:
+    stack, _ = scope
+    repository = ecr.Repository.from_repository_name(stack, "Repo", "my-server")
+    assert problems(scope, image_repository=repository) == [
+        "image_repository given without image_tag: pin the server image with image_tag='...'"]
+
+
+def test_fails_with_every_problem_at_once(scope: Any) -> None:
+    found = problems(scope, allow_plain_http=False, spot=True, min_instances=1, health_check_path="x")
+    assert len(found) == 4
+
+
+def test_instance_type_override_replaces_the_planned_one(scope: Any) -> None:
+    fleet = make(scope, instance_type="g5.12xlarge")
+    assert fleet.plan.instance_type == "g5.12xlarge"
+    assert fleet.plan.devices_per_replica == 4
