@@ -292,7 +292,7 @@ class EmbeddingBatchFleet(Construct):
 
         # ---- Key, topic, logs ----------------------------------------------------------------------------------
         self.encryption_key = _launch.ebs_encryption_key(
-            self, "Key", description=f"{_NAME} {self.node.path}: buckets, queues, EBS, topic, logs")
+            self, "Key", description=f"{_NAME} {self.node.path}: buckets, EBS, topic, logs")
         self.encryption_key.add_to_resource_policy(iam.PolicyStatement(
             sid="CloudWatchAlarmsPublishToTheTopic", principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
             actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"]))
@@ -612,7 +612,7 @@ class EmbeddingBatchFleet(Construct):
             self, "ScaleInToZero", auto_scaling_group=group,
             adjustment_type=autoscaling.AdjustmentType.EXACT_CAPACITY)
         self.scale_in_to_zero.add_adjustment(adjustment=0, upper_bound=0)
-        minutes = max(1, int(scale_in_after.to_minutes()))
+        minutes = max(1, math.ceil(scale_in_after.to_seconds() / 60))
         self.queue_empty_alarm = cw.Alarm(
             self, "QueueEmptyAlarm",
             metric=cw.MathExpression(
@@ -796,7 +796,7 @@ def _validate(*, model: ModelShape, traffic: BatchTraffic, plan: EmbeddingPlan |
                         f"the default is {DEFAULT_MAX_RECEIVE_COUNT}")
     if max_instances is not None and max_instances < 1:
         problems.append(f"max_instances ({max_instances}) must be >= 1: the group scales between 0 and it")
-    minutes = scale_in_after.to_minutes() if not scale_in_after.is_unresolved() else 1
+    minutes = scale_in_after.to_seconds() / 60 if not scale_in_after.is_unresolved() else 1
     if not 1 <= minutes <= 24 * 60:
         problems.append(f"scale_in_after ({scale_in_after.to_human_string()}) must be between 1 minute and 1 day: "
                         "it is how long the queue must stay empty before the workers stop")
