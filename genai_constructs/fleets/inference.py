@@ -301,9 +301,10 @@ class GpuInferenceFleet(Construct):
         self.request_target_per_minute = _requests_per_target_per_minute(plan)
 
         self.slots: list[_Slot] = []
-        for name, artifact in ((BLUE, model_artifact), (GREEN, green_model_artifact)):
-            if artifact is None:
-                continue
+        versions: list[tuple[str, ModelArtifact]] = [(BLUE, model_artifact)]
+        if green_model_artifact is not None:
+            versions.append((GREEN, green_model_artifact))
+        for name, artifact in versions:
             self.slots.append(self._slot(
                 name, artifact, plan=plan, accelerator=accelerator, server_entrypoint=server_entrypoint,
                 server_args=tuple(server_args) if server_args is not None else DEFAULT_SERVER_ARGS,

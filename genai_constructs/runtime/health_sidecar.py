@@ -69,12 +69,14 @@ def _post_json(url: str, payload: dict[str, Any], timeout_s: float) -> dict[str,
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (local URL only)
-        return json.loads(response.read() or b"{}")
+        body: dict[str, Any] = json.loads(response.read() or b"{}")
+        return body
 
 
 def _get_text(url: str, timeout_s: float) -> str:
     with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (local URL only)
-        return response.read().decode("utf-8", "replace")
+        text: str = response.read().decode("utf-8", "replace")
+        return text
 
 
 def parse_prometheus(text: str, names: tuple[str, ...]) -> dict[str, float]:
