@@ -322,9 +322,36 @@ def render_serving_user_data(settings: ServingUserData) -> str:
     return "\n".join(lines) + "\n" + _template(SERVING_USER_DATA_TEMPLATE)
 
 
-def user_data_from_script(script: str) -> ec2.UserData:
-    """Wrap a rendered script (which carries its own shebang) as EC2 user data."""
-    return ec2.UserData.custom(script)
+EVERY_BOOT_CLOUD_CONFIG = """#cloud-config
+cloud_final_modules:
+ - scripts-vendor
+ - scripts-per-once
+ - scripts-per-boot
+ - scripts-per-instance
+ - [scripts-user, always]
+ - ssh-authkey-fingerprints
+ - keys-to-console
+ - final-message
+ - power-state-change
+"""
+"""cloud-init's usual final modules, with the user script run on every boot rather than once per instance: the
+EC2 Auto Scaling guide's advice for warm pools, whose instances may be stopped before their first boot finished."""
+
+
+def user_data_from_script(script: str, *, every_boot: bool = False) -> ec2.UserData:
+    """Wrap a rendered script (which carries its own shebang) as EC2 user data.
+
+    With ``every_boot`` the script is sent as MIME multi-part user data with ``EVERY_BOOT_CLOUD_CONFIG``, so it runs
+    at each start (it must be idempotent). The script part is sent as is, not base64-encoded, to stay under 16 KB.
+    """
+    if not every_boot:
+        return ec2.UserData.custom(script)
+    multipart = ec2.MultipartUserData()
+    multipart.add_part(ec2.MultipartBody.from_raw_body(
+        content_type='text/cloud-config; charset="utf-8"', body=EVERY_BOOT_CLOUD_CONFIG))
+    multipart.add_part(ec2.MultipartBody.from_raw_body(
+        content_type='text/x-shellscript; charset="utf-8"', body=script))
+    return multipart
 
 
 def region_of(scope: Construct) -> str:

@@ -82,7 +82,8 @@ SCALE_IN_EVALUATION_MINUTES = 15
 SCALE_IN_LOAD_FRACTION = 0.5
 """Scale in when requests per target fall under half the tracking target: a band, so in and out never fight."""
 INSTANCE_REFRESH_MIN_HEALTHY_PERCENT = 100
-"""Never drop below the serving capacity during a roll: launch new instances before terminating old ones."""
+"""Never drop below the serving capacity while replacing instances (a refresh, or a wedged instance found by the
+health check): launch the replacement first. Also the group's instance maintenance policy."""
 INSTANCE_REFRESH_MAX_HEALTHY_PERCENT = 200
 INSTANCE_REFRESH_CHECKPOINTS = (50, 100)
 """Pause at half the fleet so the alarms (and a human) can stop a bad version before it takes everything."""
@@ -431,7 +432,7 @@ class GpuInferenceFleet(Construct):
         launch_template = _launch.build_gpu_launch_template(
             self, f"LaunchTemplate{suffix}", instance_type=plan.instance_type, accelerator=accelerator,
             role=self.role, security_group=self.security_group,
-            user_data=_launch.user_data_from_script(script),
+            user_data=_launch.user_data_from_script(script, every_boot=True),
             root_volume_size_gib=_launch.root_volume_gib(plan.weights_gib), encryption_key=self.encryption_key,
             machine_image=machine_image, placement_group=placement_group,
             root_volume_iops=ROOT_VOLUME_IOPS, root_volume_throughput_mibps=ROOT_VOLUME_THROUGHPUT_MIBPS)
@@ -442,6 +443,8 @@ class GpuInferenceFleet(Construct):
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=grace),
             default_instance_warmup=grace,
+            min_healthy_percentage=INSTANCE_REFRESH_MIN_HEALTHY_PERCENT,
+            max_healthy_percentage=INSTANCE_REFRESH_MAX_HEALTHY_PERCENT,
             group_metrics=[autoscaling.GroupMetrics.all()],
             notifications=[autoscaling.NotificationConfiguration(topic=self.topic)],
             termination_policies=[autoscaling.TerminationPolicy.OLDEST_LAUNCH_TEMPLATE,

@@ -91,7 +91,9 @@ def user_data_of(synth: Synth, logical_prefix: str) -> str:
     for logical_id, resource in resources_of_type(synth.raw, "AWS::EC2::LaunchTemplate").items():
         if logical_id.startswith(logical_prefix):
             parts = resource["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
-            return "".join(p if isinstance(p, str) else "tokenvalue" for p in parts)
+            mime = "".join(p if isinstance(p, str) else "tokenvalue" for p in parts)
+            script = mime.split('Content-Type: text/x-shellscript; charset="utf-8"\n\n', 1)[1]
+            return script.split("\n--+AWS+CDK+User+Data+Separator==", 1)[0]
     raise AssertionError(f"no launch template {logical_prefix}*")
 
 
@@ -184,6 +186,17 @@ def test_user_data_starts_the_server_with_the_plans_parallelism_and_concurrency_
     assert "readonly MANIFEST_NAME=SHA256SUMS" in script
 
 
+def test_user_data_runs_at_every_boot_for_warm_pool_instances(chat8b: Synth) -> None:
+    parts = chat8b.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    assert "- [scripts-user, always]" in parts[0]
+
+
+def test_user_data_stays_under_the_16_kib_limit_with_long_resolved_names(chat70b: Synth) -> None:
+    for template in resources_of_type(chat70b.raw, "AWS::EC2::LaunchTemplate").values():
+        parts = template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+        assert len("".join(p if isinstance(p, str) else "x" * 100 for p in parts).encode()) < 16 * 1024
+
+
 def test_default_server_image_is_the_aws_vllm_container_from_private_ecr(chat8b: Synth) -> None:
     script = user_data_of(chat8b, "ChatLaunchTemplate")
     assert "readonly IMAGE_URI='763104351884.dkr.ecr.tokenvalue.tokenvalue/vllm:0.13-gpu-py312-ec2'" in script
@@ -218,6 +231,11 @@ def test_group_keeps_at_least_two_instances_across_two_zones(chat8b: Synth) -> N
     assert int(group["MaxSize"]) == chat8b.fleet.plan.max_instances
     assert len(group["VPCZoneIdentifier"]) == 2
     assert group["DefaultInstanceWarmup"] == chat8b.fleet.health_check_grace_period.to_seconds()
+
+
+def test_replacements_launch_before_the_old_instance_goes(chat8b: Synth) -> None:
+    group = chat8b.only("AWS::AutoScaling::AutoScalingGroup")
+    assert group["InstanceMaintenancePolicy"] == {"MinHealthyPercentage": 100, "MaxHealthyPercentage": 200}
 
 
 def test_warm_pool_is_stopped_and_reused_on_scale_in_by_default(chat8b: Synth) -> None:

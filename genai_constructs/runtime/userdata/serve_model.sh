@@ -2,10 +2,10 @@
 # "#!/bin/bash" and a block of readonly, shell-quoted settings above this line; nothing inside this body is
 # substituted, so a value can never become code.
 #
-# Run once by cloud-init at first boot (no argument, i.e. setup): installs itself as /opt/genai/bootstrap.sh, writes the
-# systemd units, the health sidecar and the CloudWatch agent config, and starts everything. The units call it
-# back with a subcommand on every boot, which is what a warm-pool instance needs: cloud-init runs user data
-# only on the first boot, and Auto Scaling may stop a warm-pool instance before the first boot finished.
+# Run by cloud-init at every boot (no argument, i.e. setup; the fleet sends "scripts-user, always"): installs
+# itself as /opt/genai/bootstrap.sh, writes the systemd units, the health sidecar and the CloudWatch agent config,
+# and starts everything; every step is idempotent. The units call it back with a subcommand. A warm-pool instance
+# needs both: Auto Scaling may stop it before its first boot finished, and the next start must finish the job.
 #
 #   fetch    download the model version from S3 unless it is already cached and verified on the EBS root,
 #            verify every file against the sha256 manifest (refuse to start on any mismatch), pull the image
