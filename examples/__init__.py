@@ -10,11 +10,15 @@ from __future__ import annotations
 from aws_cdk import App, Stack, Validations
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks
 
+from examples.large_model_chat import LargeModelChatStack
 from examples.network_stack import PrivateNetworkStack
+from examples.realtime_chat import RealtimeChatStack
 from genai_constructs.testing.local_deploy import is_local, local_synthesizer
 
 STACK_NAMES: dict[str, str] = {
     "network": "GenaiPrivateNetwork",
+    "realtime_chat": "GenaiRealtimeChat",
+    "large_model_chat": "GenaiLargeModelChat",
 }
 """Stack name per example: stack names are what users see in the console and what a redeploy updates."""
 
@@ -36,7 +40,16 @@ def build_app(app: App, *, local: bool | None = None, nag: bool = True) -> list[
     synthesizer = local_synthesizer() if (is_local(app) if local is None else local) else None
     return [
         PrivateNetworkStack(app, STACK_NAMES["network"], synthesizer=synthesizer),
+        RealtimeChatStack(app, STACK_NAMES["realtime_chat"], synthesizer=synthesizer),
+        LargeModelChatStack(app, STACK_NAMES["large_model_chat"], synthesizer=synthesizer),
     ]
 
 
-__all__ = ["STACK_NAMES", "PrivateNetworkStack", "add_nag_packs", "build_app"]
+__all__ = [
+    "STACK_NAMES",
+    "LargeModelChatStack",
+    "PrivateNetworkStack",
+    "RealtimeChatStack",
+    "add_nag_packs",
+    "build_app",
+]

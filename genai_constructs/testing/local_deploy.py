@@ -437,8 +437,11 @@ def strip_custom_resources(template: dict[str, Any]) -> list[tuple[str, str]]:
     return result
 
 
-def assembly_for_moto(assembly: Path) -> tuple[Path, dict[str, list[tuple[str, str]]]]:
-    """A copy of ``assembly`` that moto can deploy: custom resources stripped; returns it and what was removed."""
+def assembly_for_moto(
+    assembly: Path, ssm_substitutes: Mapping[str, str] | None = None, replacements: Mapping[str, str] | None = None
+) -> tuple[Path, dict[str, list[tuple[str, str]]]]:
+    """A copy of ``assembly`` that moto can deploy: custom resources stripped, reserved SSM parameters (AMI ids)
+    substituted, literal strings replaced (certificate ARNs); returns it and what was removed."""
     copy = Path(tempfile.mkdtemp(prefix="cdk-moto-assembly-")) / "cdk.out"
     shutil.copytree(assembly, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
@@ -450,7 +453,11 @@ def assembly_for_moto(assembly: Path) -> tuple[Path, dict[str, list[tuple[str, s
         path = copy / properties["templateFile"]
         template = json.loads(path.read_text())
         stripped = strip_custom_resources(template)
-        if stripped:
+        substituted = substitute_ssm_parameters(template, ssm_substitutes or {})
+        substituted += ["reference"] * substitute_unresolved_references(template)
+        if replacements:
+            template["Resources"] = _replace_strings(template.get("Resources", {}), replacements)
+        if stripped or substituted or replacements:
             path.write_text(json.dumps(template, indent=1))
         removed[properties.get("stackName", artifact_id)] = stripped
     return copy, removed
@@ -930,7 +937,7 @@ def verify_skipped_by_moto(ctx: StackContext) -> list[Check]:
         ok = bool(strategy) and bool(used_by)
         detail = f"{logical}: strategy {strategy}, used by {', '.join(used_by) or 'nothing'}"
         checks.append(Check(ctx.name, "placement group", ok, detail, "template"))
-    for resource in resources.values():
+    for logical, resource in resources.items():
         if not _is_custom_resource(str(resource["Type"])):
             continue
         token = _references(resource.get("Properties", {}).get("ServiceToken"))
@@ -940,16 +947,16 @@ def verify_skipped_by_moto(ctx: StackContext) -> list[Check]:
                 ctx.name,
                 "custom resource",
                 provider_ok,
-                f"{resource['Type']}: provider {', '.join(sorted(token)) or '?'} "
+                f"{logical} ({resource['Type']}): provider {', '.join(sorted(token)) or '?'} "
                 + (
-                    "deployed; the resource itself is left out (moto runs its Lambda only in Docker)"
+                    "deployed; the resource is left out (moto runs its Lambda only in Docker)"
                     if provider_ok
                     else "not deployed"
                 ),
                 "template",
             )
         )
-    template_only = [r for r in resources.values() if r["Type"] in MOTO_SKIPS or _is_custom_resource(str(r["Type"]))]
+    template_only = [r for r in resources.values() if not moto_creates(str(r["Type"]))]
     not_created = sorted(
         {r["Type"] for logical, r in resources.items() if logical not in ctx.physical and r not in template_only}
     )
@@ -971,16 +978,6 @@ def verify_skipped_by_moto(ctx: StackContext) -> list[Check]:
 def _mentions(value: Any, logical: str) -> bool:
     return logical in json.dumps(value) if value is not None else False
 
-
-MOTO_SKIPS = (
-    "AWS::AutoScaling::WarmPool",
-    "AWS::AutoScaling::ScalingPolicy",
-    "AWS::CloudWatch::Alarm",
-    "AWS::EC2::PlacementGroup",
-    "AWS::EC2::SecurityGroupEgress",
-    "AWS::S3::BucketPolicy",
-)
-"""Resource types moto's CloudFormation accepts without creating anything: verified in the template only."""
 
 VERIFIERS: tuple[Verifier, ...] = (
     verify_vpcs,
@@ -1065,20 +1062,22 @@ class LocalDeployReport:
         return "\n".join(lines)
 
 
-def seed_ssm_parameters(server: MotoServer, templates: Mapping[str, dict[str, Any]]) -> list[str]:
-    """Create the SSM parameters the templates resolve (AMI ids from the DLAMI paths) that moto lacks.
+def seed_ssm_parameters(server: MotoServer, templates: Mapping[str, dict[str, Any]]) -> dict[str, str]:
+    """Give every SSM-typed template parameter moto lacks a value; return the ones to substitute in the templates.
 
-    moto ships only the public Amazon Linux parameters; an AMI-id parameter gets an image moto knows.
+    moto ships only the public Amazon Linux parameters and refuses to create others under ``/aws/`` (reserved), so
+    those (the DLAMI AMI-id paths) come back as path -> value for :func:`assembly_for_moto` to put in the template;
+    any other missing path is created in moto. An AMI-id parameter gets an image moto knows.
     """
     session = server.session()
     ssm = session.client("ssm")
     image_id: str | None = None
-    seeded = []
+    substitutes: dict[str, str] = {}
     for template in templates.values():
         for parameter in template.get("Parameters", {}).values():
             kind = str(parameter.get("Type", ""))
             path = parameter.get("Default")
-            if not kind.startswith("AWS::SSM::Parameter::Value<") or not path:
+            if not kind.startswith("AWS::SSM::Parameter::Value<") or not path or path in substitutes:
                 continue
             try:
                 ssm.get_parameter(Name=path)
@@ -1091,9 +1090,101 @@ def seed_ssm_parameters(server: MotoServer, templates: Mapping[str, dict[str, An
                 value = image_id
             else:
                 value = "local-placeholder"
-            ssm.put_parameter(Name=path, Value=value, Type="String", Overwrite=True)
-            seeded.append(path)
-    return seeded
+            if str(path).startswith("/aws/"):
+                substitutes[str(path)] = value
+            else:
+                ssm.put_parameter(Name=path, Value=value, Type="String", Overwrite=True)
+    return substitutes
+
+
+_ACM_ARN = re.compile(r"arn:aws:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+")
+
+
+def local_certificates(server: MotoServer, templates: Mapping[str, dict[str, Any]]) -> dict[str, str]:
+    """ACM certificate ARNs the templates name, each mapped to a certificate requested in moto.
+
+    moto's load balancer refuses a listener whose certificate it does not hold, and ACM ARNs carry a random id,
+    so the deployed copy points at a moto certificate instead; the verifiers still read the real template.
+    """
+    arns = sorted({arn for template in templates.values() for arn in _ACM_ARN.findall(json.dumps(template))})
+    if not arns:
+        return {}
+    acm = server.session().client("acm")
+    local = acm.request_certificate(DomainName="genai-constructs.local", ValidationMethod="DNS")["CertificateArn"]
+    return {arn: str(local) for arn in arns}
+
+
+def moto_creates(resource_type: str) -> bool:
+    """Whether moto's CloudFormation creates this resource type (asks moto's own model table)."""
+    from moto.cloudformation import parsing
+
+    if _is_custom_resource(resource_type) or resource_type in parsing.NULL_MODELS:
+        return False
+    return resource_type in parsing.get_model_map()
+
+
+def moto_resolves(resource_type: str, attribute: str) -> bool:
+    """Whether moto's CloudFormation can resolve ``Fn::GetAtt`` of this attribute (it fails the stack otherwise)."""
+    from moto.cloudformation import parsing
+
+    model = parsing.get_model_map().get(resource_type)
+    return model is not None and hasattr(model, "get_cfn_attribute") and bool(model.has_cfn_attr(attribute))
+
+
+def substitute_unresolved_references(template: dict[str, Any]) -> int:
+    """Replace Ref/GetAtt that moto cannot resolve with placeholder strings, in place; return how many.
+
+    A reference to a resource moto does not create (an alarm, a placement group) or to an attribute it does not
+    implement (a target group's full name) fails the whole stack in moto; in the deployed copy it becomes
+    ``local/<logical id>/<attribute>``. Those values feed resources moto skips or stores without using.
+    """
+    types = {k: str(v.get("Type")) for k, v in template.get("Resources", {}).items()}
+    count = 0
+
+    def walk(value: Any) -> Any:
+        nonlocal count
+        if isinstance(value, dict):
+            if set(value) == {"Ref"} and value["Ref"] in types and not moto_creates(types[value["Ref"]]):
+                count += 1
+                return f"local/{value['Ref']}"
+            if set(value) == {"Fn::GetAtt"}:
+                arg = value["Fn::GetAtt"]
+                logical, attribute = arg if isinstance(arg, list) else str(arg).split(".", 1)
+                kind = types.get(logical, "")
+                if not moto_creates(kind) or not moto_resolves(kind, attribute):
+                    count += 1
+                    return f"local/{logical}/{attribute}"
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    template["Resources"] = walk(template.get("Resources", {}))
+    return count
+
+
+def _replace_strings(value: Any, replacements: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return replacements.get(value, value)
+    if isinstance(value, list):
+        return [_replace_strings(v, replacements) for v in value]
+    if isinstance(value, dict):
+        return {k: _replace_strings(v, replacements) for k, v in value.items()}
+    return value
+
+
+def substitute_ssm_parameters(template: dict[str, Any], substitutes: Mapping[str, str]) -> list[str]:
+    """Turn SSM-typed parameters whose path is in ``substitutes`` into plain strings holding the value; in place."""
+    changed = []
+    for name, parameter in template.get("Parameters", {}).items():
+        if (
+            str(parameter.get("Type", "")).startswith("AWS::SSM::Parameter::Value<")
+            and parameter.get("Default") in substitutes
+        ):
+            parameter["Type"] = "String"
+            parameter["Default"] = substitutes[parameter["Default"]]
+            changed.append(name)
+    return changed
 
 
 def deploy_local(
@@ -1133,10 +1224,16 @@ def _deploy_and_verify(
         app, synth_seconds = cdk_synth(server, str(app), cwd=cwd)
     assembly = Path(app)
     templates = assembly_stacks(assembly)
-    seed_ssm_parameters(server, templates)
+    substitutes = seed_ssm_parameters(server, templates)
     server.session().client("s3").create_bucket(Bucket=LOCAL_ASSETS_BUCKET)
-    deployable, _removed = assembly_for_moto(assembly)
-    run = cdk_deploy(server, deployable, stacks=stacks, concurrency=concurrency, cwd=cwd)
+    deployable, _removed = assembly_for_moto(assembly, substitutes, local_certificates(server, templates))
+    try:
+        run = cdk_deploy(server, deployable, stacks=stacks, concurrency=concurrency, cwd=cwd)
+    except LocalDeployError as error:
+        log = server.log_path.read_text(errors="replace")
+        tracebacks = log.split("Traceback (most recent call last):")[1:]
+        detail = _tail(tracebacks[-1], 25) if tracebacks else _tail(log, 10)
+        raise LocalDeployError(f"{error}\n--- moto log, last error ---\n{detail}") from None
     names = [n for n in templates if not stacks or n in stacks]
     session = server.session()
     checks = [check for name in names for check in verify_stack(session, name, templates[name], verifiers)]
