@@ -12,8 +12,9 @@ import json
 import math
 import shlex
 from pathlib import Path
+from typing import cast
 
-from aws_cdk import Acknowledgment, Aws, CfnOutput, Duration, Names, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Aws, CfnElement, CfnOutput, Duration, Names, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -501,11 +502,13 @@ class EmbeddingBatchFleet(Construct):
             (self.output_bucket, self.output_prefix, "one vectors object per input key under the output prefix"),
         ):
             Validations.of(policy).acknowledge(Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::<{Stack.of(self).get_logical_id(bucket.node.default_child)}"
-                   f".Arn>/{prefix}*]" if isinstance(bucket, s3.Bucket) and bucket.node.scope is self
+                id=f"AwsSolutions-IAM5[Resource::<{self._logical_id(bucket)}.Arn>/{prefix}*]" if isinstance(bucket, s3.Bucket) and bucket.node.scope is self
                 else f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/{prefix}*]",
                 reason=f"Objects under an exact prefix: {why}"))
         return policy
+
+    def _logical_id(self, bucket: s3.IBucket) -> str:
+        return Stack.of(self).get_logical_id(cast(CfnElement, bucket.node.default_child))
 
     # ---- User data ------------------------------------------------------------------------------------------------
     def _user_data(self, agent_config: dict[str, object], worker_command: str | None) -> str:

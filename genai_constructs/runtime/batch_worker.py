@@ -26,6 +26,7 @@ construct library can import the message format and defaults without the worker'
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -527,10 +528,10 @@ class BatchWorker:
         # Keys of one message are read concurrently on the I/O pool (S3 reads in batches).
         futures: list[Future[tuple[str, list[Chunk] | None, str, str]]] = [self._io.submit(fetch, k) for k in work.keys]
         for future in futures:
-            key, chunks, etag, error = future.result()
+            key, chunks, etag, problem = future.result()
             if chunks is None:
-                held.failed[key] = error
-                LOG.warning("message %s: %s", held.message_id, error)
+                held.failed[key] = problem
+                LOG.warning("message %s: %s", held.message_id, problem)
             else:
                 held.texts[key], held.etags[key] = chunks, etag
         if self.stopping:
@@ -583,10 +584,10 @@ class BatchWorker:
                 mine = vectors[offset : offset + count]
                 offset += count
                 self._transition(held, ("encoding",), "writing")
-                self._stages.submit(self._guard, lambda h, v=mine: self._write(h, v), held)
+                self._stages.submit(self._guard, functools.partial(self._write, vectors=mine), held)
 
     # -- stage 3: write, then delete -------------------------------------------------------------------------
-    def _write(self, held: _Held, vectors: list[list[float]]) -> None:
+    def _write(self, held: _Held, *, vectors: list[list[float]]) -> None:
         work = held.work
         assert work is not None
         bucket = work.output_bucket or self.config.output_bucket
@@ -815,8 +816,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         wait_time_seconds=args.wait_time, failure_backoff_s=args.failure_backoff,
         imds_url=args.imds_url or None, metrics_namespace=args.metrics_namespace, fleet_name=args.fleet_name,
     )
-    import boto3  # the worker extra; not needed to import this module
-    from botocore.config import Config
+    import boto3  # type: ignore[import-untyped]  # the worker extra; not needed to import this module
+    from botocore.config import Config  # type: ignore[import-untyped]
 
     from genai_constructs.runtime.encoders import load_encoder
 

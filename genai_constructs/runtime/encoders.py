@@ -90,7 +90,8 @@ class SentenceTransformerEncoder:
         self._normalize = normalize
         self._name = path.name if path.name != "model" else path.parent.name
         getter = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self._dimension = int(getter())
+        dimension: Any = getter()
+        self._dimension = int(dimension)
 
     @property
     def name(self) -> str:

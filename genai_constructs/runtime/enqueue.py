@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("enqueue: --documents-per-message and --bytes-per-message must be >= 1", file=sys.stderr)
         return 2
     try:
-        import boto3
+        import boto3  # type: ignore[import-untyped]
     except ImportError:
         print("enqueue: boto3 is needed: pip install 'genai-constructs[worker]'", file=sys.stderr)
         return 2
