@@ -110,9 +110,9 @@ DEFAULT_SERVER_ARGS: tuple[str, ...] = (
     "--tensor-parallel-size", "{tensor_parallel_size}",
     "--max-num-seqs", "{max_num_seqs}",
     "--port", "{port}",
-    "--disable-log-requests",
 )
-"""vLLM with the plan's tensor-parallel degree and per-instance concurrency cap (--max-num-seqs)."""
+"""vLLM with the plan's tensor-parallel degree and per-instance concurrency cap (--max-num-seqs). Only flags that
+every vLLM release since 0.4 accepts: an unknown flag stops the server from starting."""
 BLUE, GREEN = "Blue", "Green"
 _SDK_PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 """Construct id of CDK's singleton AwsCustomResource provider function (aws-cdk-lib custom-resources)."""
