@@ -212,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["enqueue"]:
+        # enqueue owns its whole argument list (argparse.REMAINDER would not pass a leading --help through).
+        return _cmd_enqueue(argparse.Namespace(enqueue_args=argv[1:]), console)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -50,3 +50,12 @@ def test_fails_bad_input_is_a_sentence_not_a_traceback(capsys):
 def test_fails_unknown_model_from_cli(capsys):
     assert main(["estimate", "--model", "gpt-5", "--instance", "g5.xlarge"]) == 2
     assert "unknown model 'gpt-5'" in capsys.readouterr().err
+
+
+def test_enqueue_subcommand_reaches_the_enqueue_tool(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["enqueue", "--help"])
+    assert exit_info.value.code == 0
+    assert "--queue-url" in capsys.readouterr().out
