@@ -55,13 +55,14 @@ __all__ = [
 
 _CONSTRUCTS = {
     "EmbeddingBatchFleet": "genai_constructs.fleets",
+    "GpuInferenceFleet": "genai_constructs.fleets",
     "PrivateDataPath": "genai_constructs.network",
     "RetrievalService": "genai_constructs.network",
 }
 __all__ += list(_CONSTRUCTS)
 
 if TYPE_CHECKING:
-    from genai_constructs.fleets import EmbeddingBatchFleet
+    from genai_constructs.fleets import EmbeddingBatchFleet, GpuInferenceFleet
     from genai_constructs.network import PrivateDataPath, RetrievalService
 
 
