@@ -10,8 +10,10 @@ from __future__ import annotations
 from aws_cdk import App, Stack, Validations
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks
 
+from examples.batch_embedding import BatchEmbeddingStack
 from examples.large_model_chat import LargeModelChatStack
 from examples.network_stack import PrivateNetworkStack
+from examples.rag import RagStack
 from examples.realtime_chat import RealtimeChatStack
 from genai_constructs.testing.local_deploy import is_local, local_synthesizer
 
@@ -19,6 +21,8 @@ STACK_NAMES: dict[str, str] = {
     "network": "GenaiPrivateNetwork",
     "realtime_chat": "GenaiRealtimeChat",
     "large_model_chat": "GenaiLargeModelChat",
+    "batch_embedding": "GenaiBatchEmbedding",
+    "rag": "GenaiRag",
 }
 """Stack name per example: stack names are what users see in the console and what a redeploy updates."""
 
@@ -42,13 +46,17 @@ def build_app(app: App, *, local: bool | None = None, nag: bool = True) -> list[
         PrivateNetworkStack(app, STACK_NAMES["network"], synthesizer=synthesizer),
         RealtimeChatStack(app, STACK_NAMES["realtime_chat"], synthesizer=synthesizer),
         LargeModelChatStack(app, STACK_NAMES["large_model_chat"], synthesizer=synthesizer),
+        BatchEmbeddingStack(app, STACK_NAMES["batch_embedding"], synthesizer=synthesizer),
+        RagStack(app, STACK_NAMES["rag"], synthesizer=synthesizer),
     ]
 
 
 __all__ = [
     "STACK_NAMES",
+    "BatchEmbeddingStack",
     "LargeModelChatStack",
     "PrivateNetworkStack",
+    "RagStack",
     "RealtimeChatStack",
     "add_nag_packs",
     "build_app",
