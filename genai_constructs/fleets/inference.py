@@ -202,8 +202,9 @@ class GpuInferenceFleet(Construct):
         self.plan: InferencePlan = plan
         self.network = network
         self.min_instances = min_instances if min_instances is not None else plan.min_instances
-        self.max_instances = max(max_instances if max_instances is not None else plan.max_instances,
-                                 self.min_instances)
+        self.max_instances = max_instances if max_instances is not None else plan.max_instances
+        if not Token.is_unresolved(self.min_instances) and not Token.is_unresolved(self.max_instances):
+            self.max_instances = max(self.max_instances, self.min_instances)  # a min above the plan's max
         self.fleet_name = Names.unique_resource_name(self, max_length=64, separator="-")
         accelerator: _launch.AcceleratorKind = "neuron" if plan.is_neuron else "nvidia"
 

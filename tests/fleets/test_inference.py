@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from aws_cdk import App, Environment, Stack
 from aws_cdk import aws_certificatemanager as acm
+from aws_cdk import aws_ecr as ecr
 from aws_cdk.assertions import Match, Template
 
 from genai_constructs.fleets import GpuInferenceFleet
@@ -82,6 +83,18 @@ def chat70b() -> Synth:
     return _synth(make)
 
 
+@pytest.fixture(scope="module")
+def neuron8b() -> Synth:
+    def make(app: App) -> GpuInferenceFleet:
+        stack = Stack(app, "Neuron8b")
+        return GpuInferenceFleet(
+            stack, "Chat", network=PrivateDataPath(stack, "Net"), model=ModelShape.preset("llama-3.1-8b"),
+            traffic=TRAFFIC_8B, model_artifact=ARTIFACT_8B, allow_plain_http=True, instance_type="inf2.8xlarge",
+            image_repository=ecr.Repository.from_repository_name(stack, "Image", "vllm-neuron"),
+            image_tag="0.9-neuron", warm_pool=False)
+    return _synth(make)
+
+
 def logical_id(construct: Any) -> str:
     return str(Stack.of(construct).get_logical_id(construct.node.default_child))
 
@@ -109,6 +122,23 @@ def test_70b_chat_lands_on_a_p_family_instance_with_several_gpus_and_is_nag_clea
     assert chat70b.fleet.plan.family.startswith("p")
     assert chat70b.fleet.plan.devices_per_replica > 1
     assert chat70b.violations == []
+
+
+def test_neuron_fleet_uses_the_neuron_dlami_its_own_image_and_no_gpu_alarm(neuron8b: Synth) -> None:
+    assert neuron8b.violations == []
+    defaults = [p.get("Default") for p in neuron8b.raw["Parameters"].values()]
+    assert "/aws/service/neuron/dlami/multi-framework/amazon-linux-2023/latest/image_id" in defaults
+    script = user_data_of(neuron8b, "ChatLaunchTemplate")
+    assert "readonly ACCELERATOR_KIND=neuron" in script
+    assert "/vllm-neuron:0.9-neuron" in script
+    assert sorted(k.split("Alarm")[0].removeprefix("Chat") for k in _topic_alarms(neuron8b)) == [
+        "Http5xxRate", "P99Latency", "UnhealthyHosts"]
+
+
+def test_without_a_warm_pool_az_rebalancing_stays_on(neuron8b: Synth) -> None:
+    neuron8b.template.resource_count_is("AWS::AutoScaling::WarmPool", 0)
+    calls = json.dumps([r["Properties"] for r in resources_of_type(neuron8b.raw, "Custom::AWS").values()])
+    assert "suspendProcesses" not in calls
 
 
 # ---- 1. Launch template ---------------------------------------------------------------------------------------

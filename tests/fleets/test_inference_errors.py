@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
+from aws_cdk import App, CfnParameter, Stack, Token
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ecr as ecr
 
@@ -141,6 +141,13 @@ def test_fails_on_an_image_repository_without_a_tag(scope: Any) -> None:
 def test_fails_with_every_problem_at_once(scope: Any) -> None:
     found = problems(scope, allow_plain_http=False, spot=True, min_instances=1, health_check_path="x")
     assert len(found) == 4
+
+
+def test_validation_is_not_performed_on_tokens(scope: Any) -> None:
+    stack, _ = scope
+    low = CfnParameter(stack, "MinInstances", type="Number", default=1).value_as_number
+    fleet = make(scope, min_instances=low, max_instances=CfnParameter(stack, "Max", type="Number").value_as_number)
+    assert Token.is_unresolved(fleet.min_instances)
 
 
 def test_instance_type_override_replaces_the_planned_one(scope: Any) -> None:
