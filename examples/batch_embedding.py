@@ -3,14 +3,14 @@
 2 million documents of ~800 tokens through bge-large-en-v1.5 within 12 hours: the planner picks the instance
 type, how many workers share it and how many instances meet the deadline; the fleet stages documents in one
 KMS-encrypted bucket, queues their keys in SQS (with a dead-letter queue), and writes vectors to another bucket.
-Feed it with ``genai-constructs enqueue``.
+Feed it with ``genai-constructs enqueue`` (the fleet outputs its queue URL and bucket locations).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import Stack
 from constructs import Construct
 
 from genai_constructs.fleets.embedding import EmbeddingBatchFleet
@@ -50,8 +50,3 @@ class BatchEmbeddingStack(Stack):
                 spot_ok=SPOT_OK,
             ),
         )
-        CfnOutput(
-            self, "QueueUrl", value=self.fleet.queue.queue_url, description="genai-constructs enqueue --queue-url"
-        )
-        CfnOutput(self, "InputBucket", value=self.fleet.input_bucket.bucket_name, description="stage documents here")
-        CfnOutput(self, "OutputBucket", value=self.fleet.output_bucket.bucket_name, description="vectors land here")

@@ -112,4 +112,3 @@ class RagStack(Stack):
             description="ZonalClient.from_dns_entries(...): the retrieval tier's names, one per AZ",
         )
         CfnOutput(self, "RetrievalZonalNames", value=Fn.join(",", self.network.zonal_dns_names(RETRIEVAL_SERVICE)))
-        CfnOutput(self, "IndexBucket", value=self.index_bucket.bucket_name, description="the embedding fleet's output")
