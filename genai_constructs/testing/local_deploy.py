@@ -7,7 +7,7 @@ print a short report and stop moto.
 
 Stacks choose the bootstrapless synthesizer only when the ``local`` context flag (``cdk deploy -c local=true``)
 or the ``GENAI_CONSTRUCTS_LOCAL`` environment variable is set: a stack users deploy to AWS keeps the default
-synthesizer. Run it with ``python -m genai_constructs.testing.local_deploy`` (``make deploy-local``).
+synthesizer. Run it with ``python -m genai_constructs.testing`` (``make deploy-local``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from constructs import IConstruct
+if TYPE_CHECKING:  # importing constructs starts the jsii runtime; the harness itself needs none
+    from constructs import IConstruct
 
 LOCAL_CONTEXT_KEY = "local"
 """Context key that selects the bootstrapless synthesizer: ``cdk deploy -c local=true``."""
@@ -1260,7 +1261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``make deploy-local``: deploy every stack of the app to a fresh moto server, print the report."""
     os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    parser = argparse.ArgumentParser(prog="python -m genai_constructs.testing.local_deploy", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m genai_constructs.testing", description=main.__doc__)
     parser.add_argument("stacks", nargs="*", help="stacks to deploy (default: all)")
     parser.add_argument("--app", help="app command or cloud assembly directory (default: cdk.json's app)")
     parser.add_argument("--port", type=int, help="moto port on 127.0.0.1 (default: a free one)")
