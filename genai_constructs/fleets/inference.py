@@ -12,7 +12,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, Annotations, Aws, Duration, Names, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import (
+    Acknowledgment,
+    Annotations,
+    Aws,
+    Duration,
+    Fn,
+    Names,
+    RemovalPolicy,
+    Stack,
+    Token,
+    Validations,
+)
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_cloudwatch as cw
@@ -71,6 +82,9 @@ DEREGISTRATION_DELAY = Duration.seconds(300)
 """A draining instance keeps its streams for 5 minutes: a few thousand tokens at 20-50 ms each finish inside it."""
 IDLE_TIMEOUT = Duration.seconds(300)
 """A non-streaming completion sends nothing until its last token; the ALB's 60 s default would cut long ones."""
+SCALE_OUT_ROOM = 1
+"""When the plan's peak fits in min_instances (max == min), the group still gets one instance of room: the latency
+policy can answer traffic above the plan, and CloudFormation rejects target tracking on a group with max == min."""
 WARM_POOL_MIN_SIZE = 1
 """One stopped, pre-loaded instance always waits: replacing a wedged instance or the first scale-out starts in
 minutes rather than a full cold start, for the price of one stopped root volume."""
@@ -136,7 +150,8 @@ class GpuInferenceFleet(Construct):
     :param model_artifact: where the weights and their sha256 manifest live; its ``version`` is the deployed version.
     :param instance_type: override the planned instance type. Default: the plan's. An instance that cannot hold the
         model is an error naming the memory needed and available.
-    :param min_instances: Default: the plan's (at least 2, across 2 AZs). :param max_instances: Default: the plan's.
+    :param min_instances: Default: the plan's (at least 2, across 2 AZs).
+    :param max_instances: Default: the plan's, and at least ``min_instances + SCALE_OUT_ROOM``.
     :param image_repository: ECR repository of the server image. Default: the AWS vLLM Deep Learning Container
         (``DEFAULT_IMAGE_ACCOUNT``/``DEFAULT_IMAGE_REPOSITORY``); Neuron plans must name one.
     :param image_tag: Default: ``DEFAULT_IMAGE_TAG`` for the default repository; required with ``image_repository``.
@@ -203,8 +218,9 @@ class GpuInferenceFleet(Construct):
         self.network = network
         self.min_instances = min_instances if min_instances is not None else plan.min_instances
         self.max_instances = max_instances if max_instances is not None else plan.max_instances
-        if not Token.is_unresolved(self.min_instances) and not Token.is_unresolved(self.max_instances):
-            self.max_instances = max(self.max_instances, self.min_instances)  # a min above the plan's max
+        if (max_instances is None and not Token.is_unresolved(self.min_instances)
+                and not Token.is_unresolved(self.max_instances)):
+            self.max_instances = max(self.max_instances, self.min_instances + SCALE_OUT_ROOM)
         self.fleet_name = Names.unique_resource_name(self, max_length=64, separator="-")
         accelerator: _launch.AcceleratorKind = "neuron" if plan.is_neuron else "nvidia"
 
@@ -386,13 +402,15 @@ class GpuInferenceFleet(Construct):
                 sid="PullServerImage", resources=[repository.repository_arn],
                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]),
             iam.PolicyStatement(sid="EcrAuthorizationToken", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            # Session Manager only: the agent registers and opens session channels. No ec2messages (Run Command),
+            # no inventory or associations.
             iam.PolicyStatement(
-                sid="SessionManagerCore", resources=["*"],
-                actions=["ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
-                         "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
-                         "ssmmessages:OpenDataChannel", "ec2messages:AcknowledgeMessage", "ec2messages:DeleteMessage",
-                         "ec2messages:FailMessage", "ec2messages:GetEndpoint", "ec2messages:GetMessages",
-                         "ec2messages:SendReply"]),
+                sid="SessionManagerRegister", actions=["ssm:UpdateInstanceInformation"],
+                resources=[f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:instance/*"]),
+            iam.PolicyStatement(
+                sid="SessionManagerChannels", resources=["*"],
+                actions=["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
+                         "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]),
         ]
         policy = iam.ManagedPolicy(self, "InstancePolicy", statements=statements,
                                    description=f"{_NAME} instances: the model, logs, metrics, image pull, SSM")
@@ -400,7 +418,11 @@ class GpuInferenceFleet(Construct):
             id="AwsSolutions-IAM5[Resource::*]",
             reason="Only for actions with no resource-level permissions: ecr:GetAuthorizationToken (a registry-wide "
                    "token; the pull itself is limited to the named repository), cloudwatch:PutMetricData (limited "
-                   "by the cloudwatch:namespace condition) and the Session Manager core actions"))
+                   "by the cloudwatch:namespace condition) and the ssmmessages session-channel actions"))
+        Validations.of(policy).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
+            reason="ssm:UpdateInstanceInformation for this account's instances: an instance's ID is not known "
+                   "before it launches"))
         for artifact in artifacts:
             Validations.of(policy).acknowledge(Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{artifact.bucket_name}/{artifact.prefix}*]",
@@ -499,7 +521,14 @@ class GpuInferenceFleet(Construct):
         group, target_group = slot.auto_scaling_group, slot.target_group
         target = self.request_target_per_minute
         # 1. In-flight load per instance, measured at the load balancer: scale out (never in) to hold the target.
-        group.scale_on_request_count("RequestsPerTarget", target_requests_per_minute=target, disable_scale_in=True)
+        # The resource label is built from the listener's ARN, as CDK's scale_on_request_count does: the Ref orders
+        # the policy after the listener (which binds the target group to the load balancer) without a DependsOn.
+        listener_parts = Fn.split("/", self.listener.listener_arn)
+        autoscaling.TargetTrackingScalingPolicy(
+            group, "ScalingPolicyRequestsPerTarget", auto_scaling_group=group, target_value=target,
+            predefined_metric=autoscaling.PredefinedMetric.ALB_REQUEST_COUNT_PER_TARGET, disable_scale_in=True,
+            resource_label=Fn.join("/", [Fn.select(1, listener_parts), Fn.select(2, listener_parts),
+                                         Fn.select(3, listener_parts), target_group.target_group_full_name]))
         # 2. p95 TargetResponseTime against the latency target: step out when users feel it.
         latency_s = traffic.p95_ttft_ms / 1000
         group.scale_on_metric(
@@ -579,7 +608,6 @@ class GpuInferenceFleet(Construct):
                 iam.PolicyStatement(actions=["autoscaling:StartInstanceRefresh"], resources=[self._group_arn(group)]),
                 iam.PolicyStatement(actions=["autoscaling:DescribeInstanceRefreshes"], resources=["*"]),
             ]))
-        resource.node.add_dependency(group)
         self._acknowledge_sdk_provider(resource, group)
         Validations.of(resource).acknowledge(Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]",
@@ -693,9 +721,10 @@ def _validate(
         problems.append(f"min_instances ({min_instances}) must be >= 2: one instance per AZ in two AZs keeps the "
                         "endpoint up when a zone or an instance fails")
     if (min_instances is not None and max_instances is not None and not Token.is_unresolved(min_instances)
-            and not Token.is_unresolved(max_instances) and max_instances < min_instances):
-        problems.append(f"min_instances ({min_instances}) must be <= max_instances ({max_instances}): raise "
-                        "max_instances or lower min_instances")
+            and not Token.is_unresolved(max_instances) and max_instances <= min_instances):
+        problems.append(f"max_instances ({max_instances}) must be greater than min_instances ({min_instances}): the "
+                        "fleet scales out on load and latency (CloudFormation rejects target tracking when max == "
+                        "min); raise max_instances or lower min_instances")
     if not 1 <= server_port <= 65535 or server_port in (DEFAULT_HEALTH_PORT, 22):
         problems.append(f"server_port ({server_port}) must be 1-65535 and not {DEFAULT_HEALTH_PORT} (the health "
                         "sidecar) or 22: use the server's own port, e.g. 8000")
