@@ -29,6 +29,7 @@ CFN_LINT_REGIONS = ("us-east-1",)
 CDK_PROVIDERS: dict[str, str] = {
     "CustomVpcRestrictDefaultSGCustomResourceProvider": "the provider that strips a new VPC's default security group",
     "AWS679f53fac002430cb0da5b7982bd2287": "the AwsCustomResource singleton provider (one SDK call per deploy)",
+    "BucketNotificationsHandler050a0587b7544547bf325f094a3db834": "the handler that sets S3 bucket notifications",
 }
 """Logical id prefixes of Lambda providers aws-cdk-lib generates itself (not configurable from CDK), and what they do."""
 

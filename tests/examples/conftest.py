@@ -29,8 +29,8 @@ def _synth_examples() -> Synthesized:
     build_app(app, local=False)
     try:
         app.synth()
-    except RuntimeError as error:
-        if "ValidationFailed" not in str(error) and "Validation failed" not in str(error):
+    except RuntimeError:
+        if not (outdir / "validation-report.json").exists():  # not nag findings: a construct error
             raise
     templates = {
         p.name.removesuffix(".template.json"): json.loads(p.read_text()) for p in outdir.glob("*.template.json")
