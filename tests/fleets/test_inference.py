@@ -3,7 +3,8 @@
 Variants:
 - ``chat8b``: the simplest call for an 8B chat (G family) with plain HTTP opted in, cdk-nag AwsSolutions.
 - ``chat70b``: a 70B chat (P family, 8 GPUs) over HTTPS, blue/green at 10 %, cluster placement group, a KMS-encrypted
-  artifact, in a stack with a region, cdk-nag AwsSolutions.
+  artifact, in a stack with a region, cdk-nag AwsSolutions, NIST 800-53 R5 and HIPAA Security.
+- ``neuron8b``: an 8B chat on inf2 with its own image and no warm pool, cdk-nag AwsSolutions.
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ class Synth:
         return dict(resource["Properties"])
 
 
-def _synth(make: Any) -> Synth:
+def _synth(make: Any, packs: tuple[str, ...] = ("AwsSolutions",)) -> Synth:
     built: dict[str, GpuInferenceFleet] = {}
 
     def build(app: App) -> None:
         built["fleet"] = make(app)
 
-    result = synth_app(build)
+    result = synth_app(build, packs=packs)
     raw = result.template()
     return Synth(built["fleet"], Template.from_json(raw), raw, result.violation_summary())
 
@@ -80,7 +81,7 @@ def chat70b() -> Synth:
             traffic=TRAFFIC_70B, model_artifact=ARTIFACT_70B,
             certificate=acm.Certificate.from_certificate_arn(stack, "Cert", CERT_ARN),
             green_model_artifact=GREEN_70B, green_traffic_percent=10, latency_is_the_product=True)
-    return _synth(make)
+    return _synth(make, packs=("AwsSolutions", "NIST.800.53.R5", "HIPAA.Security"))
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,8 @@ def test_8b_chat_lands_on_a_g_family_instance_and_is_nag_clean(chat8b: Synth) ->
     assert chat8b.violations == []
 
 
-def test_70b_chat_lands_on_a_p_family_instance_with_several_gpus_and_is_nag_clean(chat70b: Synth) -> None:
+def test_70b_chat_lands_on_a_p_family_instance_with_several_gpus_and_is_clean_in_three_nag_packs(
+        chat70b: Synth) -> None:
     assert chat70b.fleet.plan.family.startswith("p")
     assert chat70b.fleet.plan.devices_per_replica > 1
     assert chat70b.violations == []
@@ -428,6 +430,22 @@ def test_each_version_has_its_own_group_and_target_group(chat70b: Synth) -> None
 
 def _instance_role(synth: Synth) -> dict[str, Any]:
     return synth.raw["Resources"][logical_id(synth.fleet.role)]["Properties"]
+
+
+def test_deploy_time_sdk_calls_use_customer_managed_policies_only(chat8b: Synth) -> None:
+    provider = chat8b.raw["Resources"][next(k for k in chat8b.raw["Resources"] if k.startswith(
+        "AWS679f53fac002430cb0da5b7982bd2287"))]
+    assert provider["Properties"]["Role"]["Fn::GetAtt"][0].startswith("ChatSdkProviderRole")
+    fleet_roles = {k: r for k, r in resources_of_type(chat8b.raw, "AWS::IAM::Role").items() if k.startswith("Chat")}
+    assert len(fleet_roles) == 2  # the instance role and the SDK provider's role
+    for role in fleet_roles.values():
+        for arn in role["Properties"].get("ManagedPolicyArns", []):
+            assert "Ref" in arn, arn  # a policy from this stack, never arn:aws:iam::aws:policy/...
+    sdk_policies = [k for k in resources_of_type(chat8b.raw, "AWS::IAM::ManagedPolicy") if "SuspendAzRebalance" in k
+                    or "InstanceRefresh" in k]
+    assert len(sdk_policies) == 2
+    inline = [k for k in resources_of_type(chat8b.raw, "AWS::IAM::Policy") if k.startswith("Chat")]
+    assert inline == []
 
 
 def test_instance_role_has_only_a_customer_managed_policy_from_the_stack(chat8b: Synth) -> None:
