@@ -21,6 +21,7 @@ import pytest
 from aws_cdk import App, Environment, Stack
 from aws_cdk import aws_certificatemanager as acm
 from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_wafv2 as wafv2
 from aws_cdk.assertions import Match, Template
 
 from genai_constructs.fleets import GpuInferenceFleet
@@ -92,7 +93,10 @@ def neuron8b() -> Synth:
             stack, "Chat", network=PrivateDataPath(stack, "Net"), model=ModelShape.preset("llama-3.1-8b"),
             traffic=TRAFFIC_8B, model_artifact=ARTIFACT_8B, allow_plain_http=True, instance_type="inf2.8xlarge",
             image_repository=ecr.Repository.from_repository_name(stack, "Image", "vllm-neuron"),
-            image_tag="0.9-neuron", warm_pool=False)
+            image_tag="0.9-neuron", warm_pool=False, deletion_protection=True,
+            web_acl=wafv2.CfnWebACL(stack, "Acl", scope="REGIONAL", default_action={"allow": {}},
+                                    visibility_config={"cloudWatchMetricsEnabled": True, "metricName": "acl",
+                                                       "sampledRequestsEnabled": True}))
     return _synth(make)
 
 
@@ -135,6 +139,15 @@ def test_neuron_fleet_uses_the_neuron_dlami_its_own_image_and_no_gpu_alarm(neuro
     assert "/vllm-neuron:0.9-neuron" in script
     assert sorted(k.split("Alarm")[0].removeprefix("Chat") for k in _topic_alarms(neuron8b)) == [
         "Http5xxRate", "P99Latency", "UnhealthyHosts"]
+
+
+def test_deletion_protection_and_web_acl_when_asked(neuron8b: Synth, chat8b: Synth) -> None:
+    neuron8b.template.has_resource_properties("AWS::ElasticLoadBalancingV2::LoadBalancer", {
+        "LoadBalancerAttributes": Match.array_with([{"Key": "deletion_protection.enabled", "Value": "true"}])})
+    neuron8b.template.resource_count_is("AWS::WAFv2::WebACLAssociation", 1)
+    chat8b.template.has_resource_properties("AWS::ElasticLoadBalancingV2::LoadBalancer", {
+        "LoadBalancerAttributes": Match.array_with([{"Key": "deletion_protection.enabled", "Value": "false"}])})
+    chat8b.template.resource_count_is("AWS::WAFv2::WebACLAssociation", 0)
 
 
 def test_without_a_warm_pool_az_rebalancing_stays_on(neuron8b: Synth) -> None:
