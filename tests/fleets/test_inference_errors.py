@@ -84,9 +84,10 @@ def test_fails_with_fewer_than_two_instances(scope: Any) -> None:
         "instance fails"]
 
 
-def test_fails_with_max_below_min(scope: Any) -> None:
-    assert problems(scope, min_instances=4, max_instances=3) == [
-        "min_instances (4) must be <= max_instances (3): raise max_instances or lower min_instances"]
+def test_fails_with_max_not_above_min(scope: Any) -> None:
+    assert problems(scope, min_instances=4, max_instances=4) == [
+        "max_instances (4) must be greater than min_instances (4): the fleet scales out on load and latency "
+        "(CloudFormation rejects target tracking when max == min); raise max_instances or lower min_instances"]
 
 
 def test_fails_on_a_health_path_without_a_leading_slash(scope: Any) -> None:
