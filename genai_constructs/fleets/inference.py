@@ -177,7 +177,9 @@ class GpuInferenceFleet(Construct):
     :param server_port: Default: ``DEFAULT_SERVER_PORT``.
     :param health_check_path: path of the health sidecar. Default: ``DEFAULT_HEALTH_PATH``.
     :param certificate: ACM certificate: the listener serves HTTPS on 443 with a TLS 1.2+ restricted policy.
-    :param allow_plain_http: serve plain HTTP on 80 when no certificate is given. Default: False (an error).
+    :param allow_plain_http: plain HTTP on 80 when no certificate is given. Default: None: without a certificate
+        the listener serves HTTP inside the VPC and the construct warns (so the simplest call deploys); True says
+        plain HTTP is intended (no warning); False makes a missing certificate an error.
     :param warm_pool: keep stopped, pre-loaded instances for fast scale-out. Default: True.
     :param spot: Spot instances. Default: False; not allowed with a warm pool.
     :param latency_is_the_product: place the fleet in a cluster placement group (one AZ). Default: False.
@@ -212,7 +214,7 @@ class GpuInferenceFleet(Construct):
         server_port: int = DEFAULT_SERVER_PORT,
         health_check_path: str = DEFAULT_HEALTH_PATH,
         certificate: acm.ICertificate | None = None,
-        allow_plain_http: bool = False,
+        allow_plain_http: bool | None = None,
         warm_pool: bool = True,
         spot: bool = False,
         latency_is_the_product: bool = False,
@@ -381,9 +383,12 @@ class GpuInferenceFleet(Construct):
                 "Listener", port=443, protocol=elbv2.ApplicationProtocol.HTTPS, certificates=[certificate],
                 ssl_policy=elbv2.SslPolicy.TLS13_RES, default_action=action, open=False)
         else:
-            Annotations.of(self).add_warning_v2(
-                "genai-constructs:GpuInferenceFleetPlainHttp",
-                "allow_plain_http=True: prompts and completions cross the VPC unencrypted; pass certificate= for HTTPS")
+            if allow_plain_http is None:
+                Annotations.of(self).add_warning_v2(
+                    "genai-constructs:GpuInferenceFleetPlainHttp",
+                    "no certificate given, so the listener serves plain HTTP inside the VPC: prompts and completions "
+                    "cross the VPC unencrypted. Pass certificate= for HTTPS, allow_plain_http=True to state that plain "
+                    "HTTP is intended, or allow_plain_http=False to make a missing certificate an error")
             self.listener = self.load_balancer.add_listener(
                 "Listener", port=80, protocol=elbv2.ApplicationProtocol.HTTP, default_action=action, open=False)
         for slot in self.slots:  # after the listener: RequestCountPerTarget needs the target group bound to it
@@ -747,7 +752,7 @@ def _validate(
     *, model: ModelShape, traffic: RealtimeTraffic, model_artifact: ModelArtifact, instance_type: str | None,
     min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
     image_tag: str | None, server_port: int, health_check_path: str, certificate: acm.ICertificate | None,
-    allow_plain_http: bool, warm_pool: bool, spot: bool, green_model_artifact: ModelArtifact | None,
+    allow_plain_http: bool | None, warm_pool: bool, spot: bool, green_model_artifact: ModelArtifact | None,
     green_traffic_percent: int, server_args: Sequence[str] | None,
 ) -> InferencePlan:
     """Check every argument, gather every problem, raise once; return the plan."""
@@ -788,7 +793,7 @@ def _validate(
     elif spot:
         problems.append("spot (True): a real-time fleet is on-demand only (an interruption drops the streams in "
                         f"flight); {_NAME} does not launch Spot: use the embedding fleet for interruptible work")
-    if certificate is None and not allow_plain_http:
+    if certificate is None and allow_plain_http is False:
         problems.append("certificate (None) and allow_plain_http (False): the listener needs one: pass certificate= "
                         "(an ACM certificate) for HTTPS, or allow_plain_http=True to serve plain HTTP inside the VPC")
     if certificate is not None and allow_plain_http:
