@@ -282,9 +282,30 @@ def nag_acknowledgments(assembly: Path) -> list[Acknowledgment]:
 
 
 def format_acknowledgments(acknowledgments: Iterable[Acknowledgment]) -> str:
-    """A Markdown table of acknowledgments (rule, construct path, reason), for the README."""
-    lines = ["| rule | construct | reason |", "|---|---|---|"]
+    """A Markdown table for the README: one row per rule, construct path (within its stack) and reason, with the
+    stacks it appears in, so the same acknowledgment in several examples is listed once."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
     for ack in acknowledgments:
-        reason = ack.reason.replace("|", "\\|")
-        lines.append(f"| `{ack.rule_id}` | `{ack.path}` | {reason} |")
+        within = ack.path.split("/", 1)[1] if "/" in ack.path else ack.path
+        rows.setdefault((ack.rule_id, within, ack.reason), []).append(ack.stack)
+    lines = ["| rule | construct | reason | stacks |", "|---|---|---|---|"]
+    for (rule_id, within, reason), stacks in sorted(rows.items()):
+        escaped = reason.replace("|", "\\|")
+        lines.append(f"| `{rule_id}` | `{within}` | {escaped} | {', '.join(sorted(set(stacks)))} |")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the cdk-nag acknowledgments of a cloud assembly (default ``cdk.out``) as a Markdown table."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    assembly = Path(args[0] if args else "cdk.out")
+    acknowledgments = nag_acknowledgments(assembly)
+    print(f"{len(acknowledgments)} acknowledgment(s) in {assembly}\n")
+    print(format_acknowledgments(acknowledgments))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -59,4 +59,4 @@ def test_nag_acknowledgments_are_read_back_with_their_reasons() -> None:
         pass  # other findings are not this test's concern
     (ack,) = nag_acknowledgments(outdir)
     assert (ack.path, ack.rule_id, ack.reason) == ("Acked/Queue", "AwsSolutions-SQS3", "a DLQ is not needed here")
-    assert "| `AwsSolutions-SQS3` | `Acked/Queue` | a DLQ is not needed here |" in format_acknowledgments([ack])
+    assert "| `AwsSolutions-SQS3` | `Queue` | a DLQ is not needed here | Acked |" in format_acknowledgments([ack, ack])
