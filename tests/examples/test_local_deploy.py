@@ -120,3 +120,29 @@ def test_local_synthesizer_accepts_assets() -> None:
     )
     template = json.dumps(app.synth().get_stack_by_name("WithAsset").template)
     assert LOCAL_ASSETS_BUCKET in template
+
+
+EXPECTED_SUBJECTS = {
+    "network": {"VPC", "VPC endpoint"},
+    "realtime_chat": {
+        "VPC",
+        "VPC endpoint",
+        "launch template",
+        "Auto Scaling group",
+        "target group",
+        "warm pool",
+        "scaling policy",
+        "alarms",
+        "S3 bucket",
+    },
+    "large_model_chat": {"launch template", "Auto Scaling group", "target group", "placement group", "scaling policy"},
+    "batch_embedding": {"launch template", "Auto Scaling group", "SQS queue", "S3 bucket", "scaling policy", "alarms"},
+    "rag": {"launch template", "Auto Scaling group", "target group", "SQS queue", "S3 bucket", "warm pool"},
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXPECTED_SUBJECTS))
+def test_each_example_s_resources_were_verified(local_deploy: LocalDeploy, example: str) -> None:
+    stack = STACK_NAMES[example]
+    subjects = {c.subject for c in local_deploy.report.checks if c.stack == stack}
+    assert EXPECTED_SUBJECTS[example] <= subjects
