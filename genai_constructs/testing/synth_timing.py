@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from genai_constructs.testing.local_deploy import CLI_TIMEOUT_S, LocalDeployError, find_cdk_cli
+from genai_constructs.testing.emulator import LocalDeployError
+from genai_constructs.testing.local_deploy import CLI_TIMEOUT_S, find_cdk_cli
 
 DEFAULT_RUNS = 5
 """Median of five: one slow run (a cold disk cache) does not move it."""

@@ -10,12 +10,8 @@ from aws_cdk import App, Stack
 
 from examples import STACK_NAMES
 from genai_constructs.testing import is_local, local_synthesizer, stack_synthesizer
-from genai_constructs.testing.local_deploy import (
-    LOCAL_ASSETS_BUCKET,
-    assembly_stacks,
-    strip_custom_resources,
-    verify_stack,
-)
+from genai_constructs.testing.moto_copy import LOCAL_ASSETS_BUCKET, assembly_stacks, strip_custom_resources
+from genai_constructs.testing.verifiers import verify_stack
 from tests.examples.conftest import LocalDeploy
 from tests.examples.minimal_stack import MAX_RECEIVE_COUNT
 
