@@ -16,8 +16,9 @@ How a message travels (at-least-once, idempotent):
 A document that cannot be read or decoded fails alone: the good documents of its message are written, and each
 failed key is re-sent as a message of its own, which is retried and lands in the dead-letter queue after the
 queue's ``maxReceiveCount``. SIGTERM, a Spot interruption notice or a rebalance recommendation (polled through
-IMDSv2) stops the worker taking work; messages not yet being encoded go back to the queue at once
-(``ChangeMessageVisibility`` 0) and the worker exits once its in-progress batch is written.
+IMDSv2) stops the worker taking work; messages not yet being encoded go back to the queue at once, re-sent as
+fresh messages so an interruption never spends a receive toward the dead-letter queue, and the worker exits once
+its in-progress batch is written.
 
 This module imports only the standard library at import time (boto3 is imported when the worker runs), so the
 construct library can import the message format and defaults without the worker's dependencies.
@@ -429,13 +430,21 @@ class BatchWorker:
         """Make a message visible again now (another worker takes it); no-op if it is already being finished."""
         if not self._transition(held, ("reading", "ready"), "handing-back"):
             return
+        # An interruption is not a failure: re-send the body as a fresh message (receive count 0) and delete this
+        # one, so Spot interruptions and deploys never push a good document toward the dead-letter queue. Only if
+        # that fails does the message go back as it is (ChangeMessageVisibility 0), spending one of its receives.
         try:
-            self.sqs.change_message_visibility(
-                QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle, VisibilityTimeout=0
-            )
-            LOG.info("handed back message %s", held.message_id)
-        except Exception as error:  # the visibility timeout returns it anyway
-            LOG.warning("could not hand back message %s: %s", held.message_id, error)
+            self.sqs.send_message(QueueUrl=self.config.queue_url, MessageBody=held.body)
+            self.sqs.delete_message(QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle)
+            LOG.info("handed back message %s as a fresh message", held.message_id)
+        except Exception as resend_error:
+            try:
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle, VisibilityTimeout=0
+                )
+                LOG.info("handed back message %s (re-send failed: %s)", held.message_id, resend_error)
+            except Exception as error:  # the visibility timeout returns it anyway
+                LOG.warning("could not hand back message %s: %s", held.message_id, error)
         self._release(held)
 
     # -- main loop -------------------------------------------------------------------------------------------
