@@ -118,18 +118,23 @@ _USER_DATA_BODY = r"""set -euo pipefail
 mkdir -p /var/log/genai /etc/genai /opt/genai
 exec >>/var/log/genai/bootstrap.log 2>&1
 echo "bootstrap $(date -Is)"
-# Instance-store NVMe: a disposable cache (RAID 0 when there are several); the EBS root otherwise.
+# Instance-store NVMe: a disposable cache (RAID 0 when there are several); the EBS root otherwise. This script
+# runs at every boot when a warm pool is on, so each step is safe to repeat: a stop wipes instance store (it is
+# formatted again), a reboot keeps it (already assembled and mounted: left alone). With a warm pool the model is
+# cached on the EBS root instead, since a Stopped warm-pool instance loses its instance store.
 cache=/opt/genai/cache
 mapfile -t disks < <(lsblk -dpno NAME,MODEL | awk '/Amazon EC2 NVMe Instance Storage/ {print $1}')
-if (( ${#disks[@]} > 0 )); then
+if (( ${#disks[@]} > 0 )) && ! mountpoint -q "$INSTANCE_STORE_MOUNT"; then
   dev=${disks[0]}
   if (( ${#disks[@]} > 1 )); then
-    mdadm --create /dev/md0 --run --level=0 --raid-devices=${#disks[@]} "${disks[@]}"
+    [[ -e /dev/md0 ]] || mdadm --create /dev/md0 --run --level=0 --raid-devices=${#disks[@]} "${disks[@]}"
     dev=/dev/md0
   fi
-  mkfs.xfs -f "$dev"
+  blkid "$dev" >/dev/null || mkfs.xfs -f "$dev"
   mkdir -p "$INSTANCE_STORE_MOUNT"
   mount -o noatime "$dev" "$INSTANCE_STORE_MOUNT"
+fi
+if mountpoint -q "$INSTANCE_STORE_MOUNT" && [[ "$MODEL_CACHE_ON_EBS" != 1 ]]; then
   cache=$INSTANCE_STORE_MOUNT
 fi
 mkdir -p "$cache/model"
@@ -399,10 +404,13 @@ class EmbeddingBatchFleet(Construct):
             namespace=METRIC_NAMESPACE, log_group_name=self.log_group.log_group_name, fleet=self.fleet_name,
             log_files={"/var/log/genai/worker.log": "worker", "/var/log/genai/bootstrap.log": "bootstrap"},
             accelerator=accelerator, emf_listener=False)
+        self.warm_pool = warm_pool
         self.user_data_script = self._user_data(agent_config, worker_command)
         self.launch_template = _launch.build_gpu_launch_template(
             self, "LaunchTemplate", instance_type=plan.instance_type, accelerator=accelerator, role=self.role,
-            security_group=self.security_group, user_data=_launch.user_data_from_script(self.user_data_script),
+            security_group=self.security_group,
+            # A Stopped warm-pool instance boots again when it is put in service: the script must run then too.
+            user_data=_launch.user_data_from_script(self.user_data_script, every_boot=warm_pool),
             root_volume_size_gib=_launch.root_volume_gib(plan.weights_gib), encryption_key=self.encryption_key,
             machine_image=machine_image)
         spot_types = list(dict.fromkeys([plan.instance_type, *plan.spot_instance_types]))
@@ -527,6 +535,7 @@ class EmbeddingBatchFleet(Construct):
             "AWS_REGION_NAME": Aws.REGION,
             "INSTANCE_STORE_MOUNT": INSTANCE_STORE_MOUNT,
             "WORKER_STOP_TIMEOUT_S": str(WORKER_STOP_TIMEOUT_S),
+            "MODEL_CACHE_ON_EBS": "1" if self.warm_pool else "0",
             "WORKER_IMAGE": self.worker_image_uri,
             "WORKER_COMMAND": worker_command or "",
             "CW_AGENT_CONFIG": json.dumps(agent_config, sort_keys=True, separators=(",", ":")),

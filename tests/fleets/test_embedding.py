@@ -416,3 +416,36 @@ def test_fails_visibility_timeout_beyond_the_sqs_limit(scope: Any) -> None:
 def test_fails_lists_every_problem_at_once(scope: Any) -> None:
     error = _fails(scope, "3 problem(s)", input_prefix="a", output_prefix="b", max_receive_count=0)
     assert len(error.problems) == 3
+
+
+# ---- user data: shellcheck, and a warm pool that survives Stopped -------------------------------------------------
+
+def _shellcheck(script: str, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # CloudFormation substitutes the tokens (queue URL, bucket names, region) with literal values at deploy time.
+    path = tmp_path / "user-data.sh"
+    path.write_text(re.sub(r"\$\{Token\[[^\]]+\]\}", "resolved-at-deploy", script))
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    result = subprocess.run([str(shellcheck), "--shell=bash", "--severity=style", str(path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_rendered_user_data_is_shellcheck_clean(spot: Built, on_demand: Built, tmp_path: Any) -> None:
+    _shellcheck(spot.fleet.user_data_script, tmp_path)
+    _shellcheck(on_demand.fleet.user_data_script, tmp_path)
+
+
+def test_warm_pool_caches_the_model_on_ebs_and_runs_at_every_boot(on_demand: Built) -> None:
+    assert "readonly MODEL_CACHE_ON_EBS=1" in on_demand.fleet.user_data_script
+    lt = _one(on_demand.template, "AWS::EC2::LaunchTemplate")
+    assert "[scripts-user, always]" in json.dumps(lt["LaunchTemplateData"]["UserData"])
+
+
+def test_without_a_warm_pool_the_model_may_use_instance_store(spot: Built) -> None:
+    assert "readonly MODEL_CACHE_ON_EBS=0" in spot.fleet.user_data_script
+    lt = _one(spot.template, "AWS::EC2::LaunchTemplate")
+    assert "[scripts-user, always]" not in json.dumps(lt["LaunchTemplateData"]["UserData"])
