@@ -27,6 +27,14 @@ STACK_NAMES: dict[str, str] = {
 """Stack name per example: stack names are what users see in the console and what a redeploy updates."""
 
 
+FEATURE_FLAGS: dict[str, bool] = {
+    # New CDK apps (`cdk init`) turn this on: S3 server access logs are granted to the logging service by bucket
+    # policy instead of the legacy LogDeliveryWrite ACL (cfn-lint W3045; ACLs are off on BUCKET_OWNER_ENFORCED buckets).
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+}
+"""CDK feature flags the examples rely on; set on the app unless its context (cdk.json, -c) already says otherwise."""
+
+
 def add_nag_packs(app: App) -> None:
     """Turn on the three cdk-nag v3 packs the examples must pass: AwsSolutions, NIST 800-53 R5, HIPAA Security."""
     Validations.of(app).add_plugins(AwsSolutionsChecks(app), NIST80053R5Checks(app), HIPAASecurityChecks(app))
@@ -41,6 +49,10 @@ def build_app(app: App, *, local: bool | None = None, nag: bool | None = None) -
         emulator: the local templates differ only in their synthesizer, and the packs already ran on the default
         synthesis in ``make test``.
     """
+    if not app.node.children:  # CDK accepts context only before the first child
+        for flag, value in FEATURE_FLAGS.items():
+            if app.node.try_get_context(flag) is None:
+                app.node.set_context(flag, value)
     local = is_local(app) if local is None else local
     if nag if nag is not None else not local:
         add_nag_packs(app)
@@ -55,6 +67,7 @@ def build_app(app: App, *, local: bool | None = None, nag: bool | None = None) -
 
 
 __all__ = [
+    "FEATURE_FLAGS",
     "STACK_NAMES",
     "BatchEmbeddingStack",
     "LargeModelChatStack",

@@ -57,8 +57,8 @@ class LocalDeploy:
 
 
 def _build_all(app: App) -> None:
-    build_minimal(app)
     build_app(app, local=True, nag=False)  # the nag gate runs on examples_synth; here only the deploy matters
+    build_minimal(app)
 
 
 @pytest.fixture(scope="session")
