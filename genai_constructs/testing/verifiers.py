@@ -260,7 +260,7 @@ def verify_launch_templates(ctx: StackContext) -> list[Check]:
         if public:
             problems.append("a network interface associates a public IP")
         detail = (
-            f"{got.get('InstanceType', '?')}: IMDSv2 required, {len(volumes)} encrypted EBS volume(s)"
+            f"{logical} {got.get('InstanceType', '?')}: IMDSv2 required, {len(volumes)} encrypted EBS volume(s)"
             + (", detailed monitoring" if got.get("Monitoring", {}).get("Enabled") else "")
             if not problems
             else "; ".join(problems)
@@ -297,7 +297,7 @@ def verify_auto_scaling_groups(ctx: StackContext) -> list[Check]:
         if want_groups is not None and sorted(group.get("TargetGroupARNs", [])) != sorted(want_groups):
             problems.append(f"target groups {group.get('TargetGroupARNs')} != template {want_groups}")
         detail = (
-            f"min {group['MinSize']} max {group['MaxSize']} in {len(got_subnets)} private subnet(s)"
+            f"{logical}: min {group['MinSize']} max {group['MaxSize']} in {len(got_subnets)} private subnet(s)"
             if not problems
             else "; ".join(problems)
         )
@@ -322,7 +322,7 @@ def verify_target_groups(ctx: StackContext) -> list[Check]:
             if want is not None and str(group.get(key)) != str(want):
                 problems.append(f"{key} {group.get(key)} != template {want}")
         detail = (
-            f"health check {group.get('HealthCheckProtocol')} {group.get('HealthCheckPath')} "
+            f"{logical}: health check {group.get('HealthCheckProtocol')} {group.get('HealthCheckPath')} "
             f"on port {group.get('HealthCheckPort')}"
             if not problems
             else "; ".join(problems)
