@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from aws_cdk import Aws, Stack
+from aws_cdk import Aws, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 AcceleratorKind = Literal["nvidia", "neuron"]
@@ -102,6 +104,47 @@ def ebs_encryption_key(scope: Construct, id: str, *, description: str) -> kms.Ke
         conditions={"Bool": {"kms:GrantIsForAWSResource": True}},
     ))
     return key
+
+
+FLEET_LOG_RETENTION = logs.RetentionDays.ONE_YEAR
+"""A year of instance and server logs: the NIST 800-53 R5 and HIPAA packs ask for a set retention; a year covers
+audits and a model's release cycle."""
+
+
+@dataclass(frozen=True)
+class FleetFoundations:
+    """What every fleet starts from: one customer-managed key, the notifications topic, the fleet's log group."""
+
+    encryption_key: kms.Key
+    topic: sns.ITopic
+    log_group: logs.LogGroup
+
+
+def fleet_foundations(
+    scope: Construct, *, key_description: str, topic_display_name: str, notifications_topic: sns.ITopic | None,
+) -> FleetFoundations:
+    """The key (EBS, topic, logs), the alarm/lifecycle topic and the log group, with ids "Key", "Topic", "LogGroup".
+
+    One key per fleet keeps its blast radius to the fleet; the key policy lets CloudWatch alarms publish to the
+    encrypted topic and CloudWatch Logs encrypt the log group (scoped by encryption context to this account's
+    log groups). The log group is retained on stack deletion: logs outlive the fleet that wrote them.
+    """
+    key = ebs_encryption_key(scope, "Key", description=key_description)
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="CloudWatchAlarmsPublishToTheTopic", principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+        actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"]))
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="CloudWatchLogsEncryptTheLogGroup",
+        principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+        actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+        resources=["*"],
+        conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn":
+                                f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}}))
+    topic = notifications_topic or sns.Topic(
+        scope, "Topic", master_key=key, enforce_ssl=True, display_name=topic_display_name)
+    log_group = logs.LogGroup(scope, "LogGroup", retention=FLEET_LOG_RETENTION, encryption_key=key,
+                              removal_policy=RemovalPolicy.RETAIN)
+    return FleetFoundations(encryption_key=key, topic=topic, log_group=log_group)
 
 
 def build_gpu_launch_template(

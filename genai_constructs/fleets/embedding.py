@@ -22,7 +22,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_s3_notifications as s3n
@@ -69,8 +68,6 @@ ABORT_INCOMPLETE_UPLOADS = Duration.days(1)
 """Parts of a multipart upload that never completed cost storage and are invisible: drop them after a day."""
 ACCESS_LOG_RETENTION = Duration.days(90)
 """Three months of server access logs for the staging buckets."""
-LOG_RETENTION = logs.RetentionDays.ONE_YEAR
-"""A year of worker logs: the NIST 800-53 and HIPAA packs ask for a set retention."""
 METRIC_PERIOD = Duration.minutes(1)
 """SQS and Auto Scaling group metrics are per minute, and the workers publish every minute."""
 METRIC_NAMESPACE = "GenaiConstructs/Embedding"
@@ -297,23 +294,12 @@ class EmbeddingBatchFleet(Construct):
         accelerator: _launch.AcceleratorKind = "neuron" if plan.is_neuron else "nvidia"
 
         # ---- Key, topic, logs ----------------------------------------------------------------------------------
-        self.encryption_key = _launch.ebs_encryption_key(
-            self, "Key", description=f"{_NAME} {self.node.path}: buckets, EBS, topic, logs")
-        self.encryption_key.add_to_resource_policy(iam.PolicyStatement(
-            sid="CloudWatchAlarmsPublishToTheTopic", principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-            actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"]))
-        self.encryption_key.add_to_resource_policy(iam.PolicyStatement(
-            sid="CloudWatchLogsEncryptTheLogGroup",
-            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn":
-                                    f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}}))
-        self.topic: sns.ITopic = notifications_topic or sns.Topic(
-            self, "Topic", master_key=self.encryption_key, enforce_ssl=True,
-            display_name=f"{_NAME} alarms and scaling notifications")
-        self.log_group = logs.LogGroup(self, "LogGroup", retention=LOG_RETENTION, encryption_key=self.encryption_key,
-                                       removal_policy=RemovalPolicy.RETAIN)
+        foundations = _launch.fleet_foundations(
+            self, key_description=f"{_NAME} {self.node.path}: buckets, EBS, topic, logs",
+            topic_display_name=f"{_NAME} alarms and scaling notifications", notifications_topic=notifications_topic)
+        self.encryption_key = foundations.encryption_key
+        self.topic: sns.ITopic = foundations.topic
+        self.log_group = foundations.log_group
 
         # ---- 1. Staging ----------------------------------------------------------------------------------------
         self.access_log_bucket: s3.Bucket | None = None

@@ -121,8 +121,6 @@ _ACCESS_LOG_BUCKET_ACKNOWLEDGMENTS = {
 ACCESS_LOG_PREFIX = "alb"
 ACCESS_LOG_RETENTION = Duration.days(90)
 """Three months of ALB access logs covers incident reviews; S3 lifecycle deletes older objects."""
-LOG_RETENTION = logs.RetentionDays.ONE_YEAR
-"""A year of instance and server logs: the NIST 800-53 and HIPAA packs ask for a set retention."""
 METRIC_NAMESPACE = "GenaiConstructs/Inference"
 """One namespace for every fleet's agent and sidecar metrics; the Fleet dimension tells fleets apart."""
 FETCH_TIMEOUT = Duration.hours(1)
@@ -253,26 +251,12 @@ class GpuInferenceFleet(Construct):
                 "the two-AZ spread for lower network jitter, and scale-out may fail with InsufficientInstanceCapacity")
 
         # ---- Shared resources: key, topic, logs, security groups, role --------------------------------------
-        self.encryption_key = _launch.ebs_encryption_key(
-            self, "Key", description=f"{_NAME} {self.node.path}: EBS root volumes, SNS topic, log group")
-        self.encryption_key.add_to_resource_policy(iam.PolicyStatement(
-            sid="CloudWatchAlarmsPublishToTheTopic",
-            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-            actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"]))
-        self.encryption_key.add_to_resource_policy(iam.PolicyStatement(
-            sid="CloudWatchLogsEncryptTheLogGroup",
-            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn":
-                                    f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}}))
-
-        self.topic: sns.ITopic = notifications_topic or sns.Topic(
-            self, "Topic", master_key=self.encryption_key, enforce_ssl=True,
-            display_name=f"{_NAME} alarms and lifecycle notifications")
-
-        self.log_group = logs.LogGroup(self, "LogGroup", retention=LOG_RETENTION, encryption_key=self.encryption_key,
-                                       removal_policy=RemovalPolicy.RETAIN)
+        foundations = _launch.fleet_foundations(
+            self, key_description=f"{_NAME} {self.node.path}: EBS root volumes, SNS topic, log group",
+            topic_display_name=f"{_NAME} alarms and lifecycle notifications", notifications_topic=notifications_topic)
+        self.encryption_key = foundations.encryption_key
+        self.topic: sns.ITopic = foundations.topic
+        self.log_group = foundations.log_group
 
         self.load_balancer_security_group = ec2.SecurityGroup(
             self, "LoadBalancerSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
@@ -684,7 +668,7 @@ class GpuInferenceFleet(Construct):
 
     def _new_sdk_provider_role(self) -> tuple[iam.Role, logs.LogGroup]:
         """A role for CDK's SDK provider function with one customer-managed policy: write its own log group."""
-        log_group = logs.LogGroup(self, "SdkProviderLogs", retention=LOG_RETENTION,
+        log_group = logs.LogGroup(self, "SdkProviderLogs", retention=_launch.FLEET_LOG_RETENTION,
                                   encryption_key=self.encryption_key, removal_policy=RemovalPolicy.RETAIN)
         policy = iam.ManagedPolicy(self, "SdkProviderLogsPolicy", statements=[iam.PolicyStatement(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn])],
