@@ -29,13 +29,26 @@ from genai_constructs.planner import (
 )
 from genai_constructs.workload import BatchTraffic, ModelArtifact, ModelShape, Precision, RealtimeTraffic
 
+if TYPE_CHECKING:
+    from genai_constructs.fleets import EmbeddingBatchFleet, GpuInferenceFleet
+    from genai_constructs.network import PrivateDataPath, RetrievalService
+
+_CONSTRUCTS = {
+    "EmbeddingBatchFleet": "genai_constructs.fleets",
+    "GpuInferenceFleet": "genai_constructs.fleets",
+    "PrivateDataPath": "genai_constructs.network",
+    "RetrievalService": "genai_constructs.network",
+}
+
 __all__ = [
     "BatchTraffic",
     "ConfigurationError",
     "DeadlineUnreachableError",
+    "EmbeddingBatchFleet",
     "EmbeddingPlan",
     "Estimate",
     "GenaiConstructsError",
+    "GpuInferenceFleet",
     "InferencePlan",
     "LatencyTargetUnreachableError",
     "ModelArtifact",
@@ -52,18 +65,6 @@ __all__ = [
     "plan_embedding",
     "plan_inference",
 ]
-
-_CONSTRUCTS = {
-    "EmbeddingBatchFleet": "genai_constructs.fleets",
-    "GpuInferenceFleet": "genai_constructs.fleets",
-    "PrivateDataPath": "genai_constructs.network",
-    "RetrievalService": "genai_constructs.network",
-}
-__all__ += list(_CONSTRUCTS)
-
-if TYPE_CHECKING:
-    from genai_constructs.fleets import EmbeddingBatchFleet, GpuInferenceFleet
-    from genai_constructs.network import PrivateDataPath, RetrievalService
 
 
 def __getattr__(name: str) -> Any:
