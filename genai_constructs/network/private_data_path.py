@@ -533,7 +533,6 @@ class PrivateDataPath(Construct):
             )
         )
         group = logs.LogGroup(self, "FlowLogGroup", encryption_key=key, retention=retention)
-        group.node.add_dependency(key)
 
         role = iam.Role(
             self,
