@@ -22,8 +22,19 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# The CDK CLI runs offline and quietly: no version check, no telemetry; jsii's Node 20 end-of-life banner is noise.
+export CDK_DISABLE_VERSION_CHECK := 1
+export CDK_DISABLE_CLI_TELEMETRY := true
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+
 demo: setup
 	$(VENV)/bin/genai-constructs demo
+	node_modules/.bin/cdk synth --quiet
+	@echo "Synthesized every example into cdk.out/ (cdk-nag AwsSolutions, NIST 800-53 R5 and HIPAA packs on)."
+	$(PY) -m genai_constructs.testing
+
+deploy-local: setup
+	$(PY) -m genai_constructs.testing
 
 test: setup
 	$(PY) -m pytest
