@@ -42,6 +42,8 @@ DEADLINE_HOURS = 6.0
 """The nightly re-index window."""
 RETRIEVAL_SERVICE = "vector-search"
 """Name the retrieval tier is registered under in the network (``PrivateDataPath.dns_entries(RETRIEVAL_SERVICE)``)."""
+RETRIEVAL_ENVIRONMENT_VARIABLE = "RETRIEVAL_DNS_ENTRIES"
+"""Environment variable carrying the retrieval tier's DNS entries into the model server container."""
 RETRIEVAL_CONTEXT_KEY = "retrieval_endpoint_service_name"
 """Context key for the retrieval tier's endpoint service name: ``-c retrieval_endpoint_service_name=com.amazonaws...``."""
 PLACEHOLDER_RETRIEVAL_SERVICE = "com.amazonaws.vpce.us-east-1.vpce-svc-0123456789abcdef0"
@@ -104,6 +106,8 @@ class RagStack(Stack):
             ),
             model_artifact=ModelArtifact(bucket_name=WEIGHTS_BUCKET, prefix=f"{CHAT_MODEL}/"),
             certificate=listener_certificate(self, certificate_arn),
+            # The model server's retrieval client reads these and calls its own AZ's name first (ZonalClient).
+            server_environment={RETRIEVAL_ENVIRONMENT_VARIABLE: self.network.dns_entries(RETRIEVAL_SERVICE)},
         )
         CfnOutput(
             self,

@@ -281,6 +281,8 @@ class ServingUserData:
     models_root: str = "/opt/models"
     container_model_dir: str = "/models/current"
     extra_settings: Mapping[str, str] = field(default_factory=dict)
+    server_environment: Mapping[str, str] = field(default_factory=dict)
+    """Environment of the model server container (``docker run --env``), e.g. a retrieval tier's zonal names."""
 
 
 _RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
@@ -362,6 +364,10 @@ def render_serving_user_data(settings: ServingUserData) -> str:
             lines.append("# shellcheck disable=SC2016")
         lines.append(f"readonly {name}={shlex.quote(value)}")
     lines.append(f"readonly -a SERVER_ARGS=({' '.join(shlex.quote(a) for a in args)})")
+    environment = " ".join(f"--env {shlex.quote(f'{k}={v}')}" for k, v in settings.server_environment.items())
+    if environment:  # values are literal on purpose: a '$' in one must reach the container unexpanded
+        lines.append("# shellcheck disable=SC2016")
+    lines.append(f"readonly -a SERVER_ENV=({environment})")
     return "\n".join(lines) + "\n" + _template(SERVING_USER_DATA_TEMPLATE)
 
 

@@ -9,7 +9,8 @@ never mix model versions behind one target group, and a dashboard and alarms. Se
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aws_cdk import (
@@ -173,6 +174,8 @@ class GpuInferenceFleet(Construct):
     :param server_args: arguments after the image. Default: ``DEFAULT_SERVER_ARGS``. ``{model_dir}``,
         ``{tensor_parallel_size}``, ``{max_num_seqs}``, ``{port}``, ``{served_model_name}`` are filled in.
     :param server_port: Default: ``DEFAULT_SERVER_PORT``.
+    :param server_environment: environment variables for the model server container (values may be tokens), e.g.
+        a retrieval tier's ``PrivateDataPath.dns_entries(...)`` for ``ZonalClient.from_dns_entries``. Default: none.
     :param health_check_path: path of the health sidecar. Default: ``DEFAULT_HEALTH_PATH``.
     :param certificate: ACM certificate: the listener serves HTTPS on 443 with a TLS 1.2+ restricted policy.
     :param allow_plain_http: plain HTTP on 80 when no certificate is given. Default: None: without a certificate
@@ -210,6 +213,7 @@ class GpuInferenceFleet(Construct):
         server_entrypoint: str = DEFAULT_SERVER_ENTRYPOINT,
         server_args: Sequence[str] | None = None,
         server_port: int = DEFAULT_SERVER_PORT,
+        server_environment: Mapping[str, str] | None = None,
         health_check_path: str = DEFAULT_HEALTH_PATH,
         certificate: acm.ICertificate | None = None,
         allow_plain_http: bool | None = None,
@@ -231,10 +235,11 @@ class GpuInferenceFleet(Construct):
             image_tag=image_tag, server_port=server_port, health_check_path=health_check_path,
             certificate=certificate, allow_plain_http=allow_plain_http, warm_pool=warm_pool, spot=spot,
             green_model_artifact=green_model_artifact, green_traffic_percent=green_traffic_percent,
-            server_args=server_args,
+            server_args=server_args, server_environment=server_environment,
         )
         super().__init__(scope, id)
         self.plan: InferencePlan = plan
+        self.server_environment: dict[str, str] = dict(server_environment or {})
         self.network = network
         self.min_instances = min_instances if min_instances is not None else plan.min_instances
         self.max_instances = max_instances if max_instances is not None else plan.max_instances
@@ -472,7 +477,7 @@ class GpuInferenceFleet(Construct):
             health_probe_timeout_s=HEALTH_PROBE_TIMEOUT.to_seconds(), accelerator=accelerator,
             region=Aws.REGION, metric_namespace=METRIC_NAMESPACE, fleet_name=fleet,
             log_group_name=self.log_group.log_group_name, cloudwatch_agent_config=agent_config,
-            fetch_timeout_s=int(FETCH_TIMEOUT.to_seconds())))
+            fetch_timeout_s=int(FETCH_TIMEOUT.to_seconds()), server_environment=self.server_environment))
         launch_template = _launch.build_gpu_launch_template(
             self, f"LaunchTemplate{suffix}", instance_type=plan.instance_type, accelerator=accelerator,
             role=self.role, security_group=self.security_group,
@@ -737,10 +742,14 @@ def _validate(
     min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
     image_tag: str | None, server_port: int, health_check_path: str, certificate: acm.ICertificate | None,
     allow_plain_http: bool | None, warm_pool: bool, spot: bool, green_model_artifact: ModelArtifact | None,
-    green_traffic_percent: int, server_args: Sequence[str] | None,
+    green_traffic_percent: int, server_args: Sequence[str] | None, server_environment: Mapping[str, str] | None,
 ) -> InferencePlan:
     """Check every argument, gather every problem, raise once; return the plan."""
     problems: list[str] = []
+    for name in server_environment or {}:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            problems.append(f"server_environment key ({name!r}) is not a valid environment variable name: use "
+                            "letters, digits and underscores, not starting with a digit")
     plan: InferencePlan | None = None
     if model.kind != "decoder":
         problems.append(f"model ({model.name!r}) is an encoder: serve it with the embedding fleet, not {_NAME}")

@@ -120,3 +120,17 @@ def test_rag_exposes_the_retrieval_tier_s_zonal_names(examples_synth: Synthesize
 def test_rag_index_bucket_is_the_embedding_output(examples_synth: Synthesized) -> None:
     template = examples_synth.template(STACK_NAMES["rag"])
     assert [k for k in resources_of_type(template, "AWS::S3::Bucket") if k.startswith("EmbedOutputBucket")]
+
+
+def test_rag_chat_servers_receive_the_retrieval_tier_s_zonal_names(examples_synth: Synthesized) -> None:
+    import json
+
+    template = examples_synth.template(STACK_NAMES["rag"])
+    (chat_lt,) = [lt["Properties"] for key, lt in resources_of_type(template, "AWS::EC2::LaunchTemplate").items()
+                  if key.startswith("Chat")]
+    user_data = json.dumps(chat_lt["LaunchTemplateData"]["UserData"])
+    (endpoint_id,) = [key for key, e in resources_of_type(template, "AWS::EC2::VPCEndpoint").items()
+                      if e["Properties"].get("ServiceName") == PLACEHOLDER_RETRIEVAL_SERVICE]
+    # The container gets RETRIEVAL_DNS_ENTRIES, resolved from the retrieval endpoint's DnsEntries at deploy time.
+    assert "--env 'RETRIEVAL_DNS_ENTRIES=" in user_data
+    assert endpoint_id in user_data and "DnsEntries" in user_data

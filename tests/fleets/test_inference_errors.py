@@ -155,3 +155,9 @@ def test_instance_type_override_replaces_the_planned_one(scope: Any) -> None:
     fleet = make(scope, instance_type="g5.12xlarge")
     assert fleet.plan.instance_type == "g5.12xlarge"
     assert fleet.plan.devices_per_replica == 4
+
+
+def test_fails_on_an_invalid_server_environment_name(scope: Any) -> None:
+    assert problems(scope, server_environment={"RETRIEVAL-DNS": "x"}) == [
+        "server_environment key ('RETRIEVAL-DNS') is not a valid environment variable name: use letters, digits "
+        "and underscores, not starting with a digit"]

@@ -105,6 +105,7 @@ exit 2
 """
 STUB_DOCKER = """#!/bin/bash
 echo "docker $*" >> "$DOCKER_LOG"
+if [[ "$1" == login ]]; then cat > /dev/null; fi  # like docker, read the password from stdin (else: SIGPIPE)
 if [[ "$1" == image && "$2" == inspect ]]; then exit 1; fi  # not pulled yet
 exit 0
 """
@@ -247,3 +248,26 @@ def test_launch_template_requires_imdsv2_encrypts_gp3_root_and_hides_the_instanc
         "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": Match.object_like({
             "Encrypted": True, "VolumeType": "gp3", "VolumeSize": 200, "KmsKeyId": Match.any_value()})}],
     })})
+
+
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils")
+def test_serve_passes_the_server_environment_to_the_container(world: dict[str, Path]) -> None:
+    _write_manifest(world["weights"])
+    assert _fetch(world).returncode == 0
+    script = world["tmp"] / "serve.sh"
+    environment = {"RETRIEVAL_DNS_ENTRIES": "Z1:vpce-1-a.example,Z2:vpce-1-b.example", "MODE": "it's quoted"}
+    script.write_text(_launch.render_serving_user_data(
+        settings(models_root=str(world["models"]), server_environment=environment)))
+    env = {**os.environ, "PATH": f"{world['bin']}:{os.environ['PATH']}", "DOCKER_LOG": str(world["tmp"] / "docker.log")}
+    result = subprocess.run(["bash", str(script), "serve"], capture_output=True, text=True, env=env, timeout=30)
+    assert result.returncode == 0, result.stderr
+    run = next(line for line in (world["tmp"] / "docker.log").read_text().splitlines() if line.startswith("docker run"))
+    assert "--env RETRIEVAL_DNS_ENTRIES=Z1:vpce-1-a.example,Z2:vpce-1-b.example --env MODE=it's quoted" in run
+
+
+def test_rendered_user_data_with_a_server_environment_is_shellcheck_clean(tmp_path: Path) -> None:
+    script = tmp_path / "user-data.sh"
+    script.write_text(_launch.render_serving_user_data(settings(server_environment={"A": "b c", "D": "$HOME"})))
+    result = subprocess.run([str(SHELLCHECK), "--shell=bash", "--severity=info", str(script)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout

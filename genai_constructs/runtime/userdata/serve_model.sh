@@ -77,6 +77,7 @@ serve() {
     --volume "${MODEL_DIR}:${CONTAINER_MODEL_DIR}:ro" \
     --env "TENSOR_PARALLEL_SIZE=${TENSOR_PARALLEL_SIZE}" \
     --env "MAX_NUM_SEQS=${MAX_NUM_SEQS}" \
+    "${SERVER_ENV[@]}" \
     --entrypoint "${SERVER_ENTRYPOINT}" \
     "${IMAGE_URI}" "${SERVER_ARGS[@]}"
 }
