@@ -55,7 +55,7 @@ def synth_app(build: Callable[[App], Iterable[Stack] | Stack | None], packs: Ite
     build(app)
     try:
         app.synth()
-    except RuntimeError as error:
+    except RuntimeError:
         # cdk-nag findings fail synthesis and leave a report; any other failure (a construct's own validation) re-raises.
         if not (outdir / "validation-report.json").exists():
             raise
