@@ -357,6 +357,10 @@ class WorkerConfig:
         return max(1.0, self.visibility_timeout_s / 3)
 
 
+EMPTY_RECEIVE_PAUSE_S = 0.2
+"""Pause after an empty receive when long polling is off (wait_time_seconds=0), so an idle worker does not spin."""
+
+
 @dataclass
 class _Held:
     """A message this worker holds, with the state that decides who may finish it."""
@@ -490,6 +494,9 @@ class BatchWorker:
         messages = response.get("Messages", [])
         for _ in range(room - len(messages)):
             self._slots.release()
+        if not messages and self.config.wait_time_seconds == 0:
+            # Without long polling an empty queue answers at once: pause rather than spin on ReceiveMessage.
+            self._stop.wait(EMPTY_RECEIVE_PAUSE_S)
         for message in messages:
             held = _Held(message["MessageId"], message["ReceiptHandle"], message.get("Body", ""))
             with self._lock:
