@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from aws_cdk import Aws, RemovalPolicy, Stack
+from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -145,6 +146,51 @@ def fleet_foundations(
     log_group = logs.LogGroup(scope, "LogGroup", retention=FLEET_LOG_RETENTION, encryption_key=key,
                               removal_policy=RemovalPolicy.RETAIN)
     return FleetFoundations(encryption_key=key, topic=topic, log_group=log_group)
+
+
+def instance_policy(
+    scope: Construct, *, statements: Sequence[iam.PolicyStatement], log_group_arn: str, metric_namespace: str,
+    image_repository: ecr.IRepository | None, image_sid: str, description: str,
+) -> iam.ManagedPolicy:
+    """The fleet instance role's one customer-managed policy ("InstancePolicy"): the fleet's own ``statements`` plus
+    what every GPU instance needs, on exact ARNs where AWS allows them.
+
+    Shared part: write the fleet's log group; PutMetricData only under ``metric_namespace``; pull ``image_repository``
+    (and the registry-wide ECR token); Session Manager only (the agent registers on this account's instances and opens
+    session channels: no ec2messages/Run Command, no inventory). Never AWS-managed policies (AwsSolutions-IAM4),
+    never inline ones (the NIST 800-53 R5 and HIPAA packs).
+    """
+    shared = [
+        iam.PolicyStatement(sid="WriteOwnLogGroup", resources=[log_group_arn],
+                            actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]),
+        iam.PolicyStatement(sid="PutMetricsInOwnNamespace", actions=["cloudwatch:PutMetricData"], resources=["*"],
+                            conditions={"StringEquals": {"cloudwatch:namespace": metric_namespace}}),
+        iam.PolicyStatement(
+            sid="SessionManagerRegister", actions=["ssm:UpdateInstanceInformation"],
+            resources=[f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:instance/*"]),
+        iam.PolicyStatement(
+            sid="SessionManagerChannels", resources=["*"],
+            actions=["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
+                     "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]),
+    ]
+    if image_repository is not None:
+        shared += [
+            iam.PolicyStatement(
+                sid=image_sid, resources=[image_repository.repository_arn],
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]),
+            iam.PolicyStatement(sid="EcrAuthorizationToken", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+        ]
+    policy = iam.ManagedPolicy(scope, "InstancePolicy", statements=[*statements, *shared], description=description)
+    Validations.of(policy).acknowledge(Acknowledgment(
+        id="AwsSolutions-IAM5[Resource::*]",
+        reason="Only for actions with no resource-level permissions: ecr:GetAuthorizationToken (a registry-wide "
+               "token; the pull itself is limited to the named repository), cloudwatch:PutMetricData (limited by "
+               "the cloudwatch:namespace condition) and the ssmmessages session-channel actions"))
+    Validations.of(policy).acknowledge(Acknowledgment(
+        id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
+        reason="ssm:UpdateInstanceInformation for this account's instances: an instance's ID is not known "
+               "before it launches"))
+    return policy
 
 
 def build_gpu_launch_template(

@@ -499,19 +499,6 @@ class EmbeddingBatchFleet(Construct):
             iam.PolicyStatement(
                 sid="UseFleetKeys", resources=[self.encryption_key.key_arn, self.queue_key.key_arn],
                 actions=["kms:Decrypt", "kms:GenerateDataKey"]),
-            iam.PolicyStatement(sid="WriteOwnLogGroup", resources=[self.log_group.log_group_arn],
-                                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]),
-            iam.PolicyStatement(sid="PutMetricsInOwnNamespace", actions=["cloudwatch:PutMetricData"], resources=["*"],
-                                conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}),
-            # Session Manager only, as in the inference fleet: the agent registers (on this account's instances)
-            # and opens session channels (no resource-level permissions). No ec2messages (Run Command).
-            iam.PolicyStatement(
-                sid="SessionManagerRegister", actions=["ssm:UpdateInstanceInformation"],
-                resources=[f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:instance/*"]),
-            iam.PolicyStatement(
-                sid="SessionManagerChannels", resources=["*"],
-                actions=["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
-                         "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]),
         ]
         for name, bucket in (("Input", self.input_bucket), ("Output", self.output_bucket)):
             key = bucket.encryption_key
@@ -519,25 +506,10 @@ class EmbeddingBatchFleet(Construct):
                 statements.append(iam.PolicyStatement(
                     sid=f"Use{name}BucketKey", resources=[key.key_arn],
                     actions=["kms:Decrypt"] + (["kms:GenerateDataKey"] if name == "Output" else [])))
-        if repository is not None:
-            statements += [
-                iam.PolicyStatement(
-                    sid="PullWorkerImage", resources=[repository.repository_arn],
-                    actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]),
-                iam.PolicyStatement(sid="EcrAuthorizationToken", actions=["ecr:GetAuthorizationToken"],
-                                    resources=["*"]),
-            ]
-        policy = iam.ManagedPolicy(self, "InstancePolicy", statements=statements,
-                                   description=f"{_NAME} workers: staged documents, vectors, queue, key, logs, metrics")
-        Validations.of(policy).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="Only for actions with no resource-level permissions: ecr:GetAuthorizationToken (registry-wide "
-                   "token; pulls are limited to the worker repository), cloudwatch:PutMetricData (limited by the "
-                   "cloudwatch:namespace condition) and the ssmmessages session-channel actions"))
-        Validations.of(policy).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
-            reason="ssm:UpdateInstanceInformation for this account's instances: an instance's ID is not known "
-                   "before it launches"))
+        policy = _launch.instance_policy(
+            self, statements=statements, log_group_arn=self.log_group.log_group_arn, metric_namespace=METRIC_NAMESPACE,
+            image_repository=repository, image_sid="PullWorkerImage",
+            description=f"{_NAME} workers: staged documents, vectors, queue, key, logs, metrics")
         for bucket, prefix, why in (
             (self.input_bucket, self.input_prefix, "every staged document under the input prefix: keys are data"),
             (self.input_bucket, self.model_prefix, "the model directory's files (names vary by model)"),

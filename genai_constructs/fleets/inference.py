@@ -416,39 +416,10 @@ class GpuInferenceFleet(Construct):
                 statements.append(iam.PolicyStatement(
                     sid=f"DecryptModelArtifact{index}", actions=["kms:Decrypt"], resources=[artifact.kms_key_arn],
                     conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}}))
-        statements += [
-            iam.PolicyStatement(
-                sid="WriteOwnLogGroup", actions=["logs:CreateLogStream", "logs:PutLogEvents",
-                                                 "logs:DescribeLogStreams"],
-                resources=[self.log_group.log_group_arn]),
-            iam.PolicyStatement(
-                sid="PutMetricsInOwnNamespace", actions=["cloudwatch:PutMetricData"], resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}),
-            iam.PolicyStatement(
-                sid="PullServerImage", resources=[repository.repository_arn],
-                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]),
-            iam.PolicyStatement(sid="EcrAuthorizationToken", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
-            # Session Manager only: the agent registers and opens session channels. No ec2messages (Run Command),
-            # no inventory or associations.
-            iam.PolicyStatement(
-                sid="SessionManagerRegister", actions=["ssm:UpdateInstanceInformation"],
-                resources=[f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:instance/*"]),
-            iam.PolicyStatement(
-                sid="SessionManagerChannels", resources=["*"],
-                actions=["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
-                         "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]),
-        ]
-        policy = iam.ManagedPolicy(self, "InstancePolicy", statements=statements,
-                                   description=f"{_NAME} instances: the model, logs, metrics, image pull, SSM")
-        Validations.of(policy).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="Only for actions with no resource-level permissions: ecr:GetAuthorizationToken (a registry-wide "
-                   "token; the pull itself is limited to the named repository), cloudwatch:PutMetricData (limited "
-                   "by the cloudwatch:namespace condition) and the ssmmessages session-channel actions"))
-        Validations.of(policy).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
-            reason="ssm:UpdateInstanceInformation for this account's instances: an instance's ID is not known "
-                   "before it launches"))
+        policy = _launch.instance_policy(
+            self, statements=statements, log_group_arn=self.log_group.log_group_arn, metric_namespace=METRIC_NAMESPACE,
+            image_repository=repository, image_sid="PullServerImage",
+            description=f"{_NAME} instances: the model, logs, metrics, image pull, SSM")
         for artifact in artifacts:
             Validations.of(policy).acknowledge(Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{artifact.bucket_name}/{artifact.prefix}*]",
