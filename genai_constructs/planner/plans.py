@@ -63,42 +63,43 @@ class PlanOption(_Result):
     note: str = ""
 
 
-class InferencePlan(_Result):
+class _Plan(_Result):
+    """What every plan says: where it runs, how many, what it costs, and why."""
+
+    model: ModelShape
+    instance_type: str
+    family: str
+    accelerator: str
+    min_instances: int
+    max_instances: int
+    usd_per_hour: float | None = Field(description="One instance, on-demand (None where AWS publishes no price).")
+    weights_gib: float
+    is_neuron: bool
+    bottleneck: str = Field(description="What to watch on this fleet: the dominant term and the family's limit.")
+    cost_lever: str = Field(description="What lowers cost on this family.")
+    neuron_caveats: list[str]
+    reasons: list[str] = Field(description="Sentences a reviewer can check against the numbers.")
+    alternatives: list[PlanOption] = Field(description="The next options, cheapest first; unpriced ones last.")
+    notes: list[str] = Field(description="Quota to request, unranked types, options left out.")
+
+
+class InferencePlan(_Plan):
     """Real-time serving plan: one model replica per instance, tensor-parallel across its devices."""
 
     kind: Literal["inference"] = "inference"
-    model: ModelShape
     traffic: RealtimeTraffic
-    instance_type: str
-    family: str
-    accelerator: str
     devices_per_replica: int = Field(description="Tensor-parallel degree; every device of the instance.")
     concurrency_per_instance: int = Field(description="Sequences one instance serves at planned load (server cap).")
-    min_instances: int
-    max_instances: int
     estimate: Estimate = Field(description="At the planned per-instance concurrency.")
-    usd_per_hour: float | None = Field(description="One instance, on-demand.")
     usd_per_hour_at_peak: float | None = Field(description="max_instances on-demand.")
     usd_per_million_output_tokens: float | None
-    weights_gib: float
-    is_neuron: bool
-    bottleneck: str
-    cost_lever: str
-    neuron_caveats: list[str]
-    reasons: list[str]
-    alternatives: list[PlanOption]
-    notes: list[str]
 
 
-class EmbeddingPlan(_Result):
+class EmbeddingPlan(_Plan):
     """Batch embedding plan: one encoder worker per accelerator device."""
 
     kind: Literal["embedding"] = "embedding"
-    model: ModelShape
     traffic: BatchTraffic
-    instance_type: str
-    family: str
-    accelerator: str
     workers_per_instance: int = Field(description="One worker process per device.")
     batch_size: int = Field(description="Sequences per encoder call.")
     max_concurrency_per_worker: int = Field(
@@ -107,18 +108,7 @@ class EmbeddingPlan(_Result):
     tokens_per_s_per_instance: float
     documents_per_s_per_instance: float
     seconds_per_document: float = Field(description="One document through one worker, for visibility timeouts.")
-    min_instances: int = Field(description="0: the fleet scales to zero when the queue is empty.")
-    max_instances: int
-    hours_to_finish: float = Field(description="Backlog time at max_instances.")
-    usd_per_hour: float | None = Field(description="One instance at the planned purchase option.")
+    hours_to_finish: float = Field(description="Backlog time at max_instances; min_instances is 0 (scale to zero).")
     usd_per_million_tokens: float | None
     spot: bool
     spot_instance_types: list[str] = Field(description="Equivalent types for a Spot mixed-instances policy.")
-    weights_gib: float
-    is_neuron: bool
-    bottleneck: str
-    cost_lever: str
-    neuron_caveats: list[str]
-    reasons: list[str]
-    alternatives: list[PlanOption]
-    notes: list[str]
