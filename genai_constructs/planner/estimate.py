@@ -48,14 +48,19 @@ class RuntimeProfile:
     """CUDA/Neuron context, cuBLAS workspaces, graph pools, activations for the largest batch."""
     memory_utilization: float
     """Fraction of device memory the runtime lets itself use (vLLM gpu_memory_utilization=0.90)."""
+    host_us_per_sequence: float = 0.0
+    """CPU time per sequence per step that the next step waits for: runtimes that loop over requests in Python
+    (sampling warpers launched per request, stopping criteria, incremental detokenization). 0 where sampling is
+    batched on the GPU and output processing overlaps the next step."""
 
 
 # The default is a current vLLM (CUDA graphs, continuous batching): what GpuInferenceFleet runs.
 RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": RuntimeProfile("vllm", 0.88, 0.60, 15.0, 0.0, 5.0, 1.0, 1.0, 0.90),
     "tensorrt-llm": RuntimeProfile("tensorrt-llm", 0.88, 0.60, 10.0, 0.0, 5.0, 0.5, 1.0, 0.90),
-    # TGI 1.0 (2023): flash/paged attention kernels, but every op dispatched from Python, no CUDA graphs.
-    "tgi-1.0": RuntimeProfile("tgi-1.0", 0.88, 0.60, 15.0, 400.0, 5.0, 1.0, 1.0, 0.90),
+    # TGI 1.0 (2023): flash/paged attention kernels, but every op dispatched from Python, no CUDA graphs, and a
+    # Python loop over the batch's requests after each step (per-request top-k/top-p sorts, stop checks, detokenize).
+    "tgi-1.0": RuntimeProfile("tgi-1.0", 0.88, 0.60, 15.0, 400.0, 5.0, 1.0, 1.0, 0.90, host_us_per_sequence=800.0),
     # FasterTransformer: C++ launches without graphs: no Python floor, but ~a dozen launch gaps per block.
     "fastertransformer": RuntimeProfile("fastertransformer", 0.88, 0.60, 85.0, 0.0, 5.0, 0.5, 1.0, 0.90),
     # transformers-neuronx: a compiled graph per bucket; collectives over NeuronLink dominate small models at TP 24.
@@ -170,8 +175,8 @@ def decode_step_terms(
         "kernel_gaps": gaps,
         "tensor_parallel": comm,
         "host_floor": host_floor,
-        "step_overhead": runtime.step_overhead_ms,
-        "step": max(gpu, host_floor) + runtime.step_overhead_ms,
+        "step_overhead": runtime.step_overhead_ms + batch * runtime.host_us_per_sequence / 1e3,
+        "step": max(gpu, host_floor) + runtime.step_overhead_ms + batch * runtime.host_us_per_sequence / 1e3,
     }
 
 
