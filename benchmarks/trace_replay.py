@@ -48,18 +48,23 @@ def main() -> None:
     prompt = round(statistics.mean(p for _, p, _ in requests))
     output = round(statistics.mean(o for _, _, o in requests))
     model = ModelShape.preset("llama-3.1-8b")
-    traffic = RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20, prompt_tokens=prompt,
-                              output_tokens=output)
+    traffic = RealtimeTraffic(
+        concurrent_sessions=32, output_tokens_per_s_per_session=20, prompt_tokens=prompt, output_tokens=output
+    )
     plan = plan_inference(model, traffic)
     cap, instances = plan.concurrency_per_instance, plan.max_instances
-    at = {k: estimate(model, plan.instance_type, concurrency=k, prompt_tokens=prompt, output_tokens=output)
-          for k in range(1, cap + 1)}
+    at = {
+        k: estimate(model, plan.instance_type, concurrency=k, prompt_tokens=prompt, output_tokens=output)
+        for k in range(1, cap + 1)
+    }
     prefill_s: dict[int, float] = {}  # filled lazily per power-of-two prompt length
 
     def prefill(tokens: int) -> float:
         bucket = min(8192, max(64, 1 << (tokens - 1).bit_length()))
         if bucket not in prefill_s:
-            prefill_s[bucket] = estimate(model, plan.instance_type, prompt_tokens=bucket, output_tokens=1).prefill_ms / 1e3
+            prefill_s[bucket] = (
+                estimate(model, plan.instance_type, prompt_tokens=bucket, output_tokens=1).prefill_ms / 1e3
+            )
         return prefill_s[bucket]
 
     # Scale arrival times so that mean concurrency (arrival rate x mean duration) matches the planned sessions.
@@ -102,10 +107,14 @@ def main() -> None:
         now += STEP_S
 
     print(f"trace {path.name}: {len(requests)} requests, mean prompt {prompt}, mean output {output} tokens")
-    print(f"plan: {instances} x {plan.instance_type}, cap {cap} sequences each "
-          f"(targets: p95 TPOT {traffic.tpot_target_ms:.0f} ms, p95 TTFT {traffic.p95_ttft_ms:.0f} ms)")
+    print(
+        f"plan: {instances} x {plan.instance_type}, cap {cap} sequences each "
+        f"(targets: p95 TPOT {traffic.tpot_target_ms:.0f} ms, p95 TTFT {traffic.p95_ttft_ms:.0f} ms)"
+    )
     print(f"replayed {len(ttft)} requests over {now / 60:.0f} simulated minutes (arrival times x {scale:.2f})")
-    print(f"TTFT p50 {percentile(ttft, 0.5):.0f} ms, p95 {percentile(ttft, 0.95):.0f} ms, p99 {percentile(ttft, 0.99):.0f} ms")
+    print(
+        f"TTFT p50 {percentile(ttft, 0.5):.0f} ms, p95 {percentile(ttft, 0.95):.0f} ms, p99 {percentile(ttft, 0.99):.0f} ms"
+    )
     print(f"TPOT p50 {percentile(tpot, 0.5):.1f} ms, p95 {percentile(tpot, 0.95):.1f} ms")
 
 
