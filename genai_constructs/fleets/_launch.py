@@ -25,7 +25,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 AcceleratorKind = Literal["nvidia", "neuron"]
 
@@ -148,6 +148,14 @@ def fleet_foundations(
     return FleetFoundations(encryption_key=key, topic=topic, log_group=log_group)
 
 
+def acknowledge(scope: IConstruct, reasons: Mapping[str, str]) -> None:
+    """Acknowledge cdk-nag findings on ``scope``, each id with its reason.
+
+    One ``Validations.acknowledge`` call for all of them: each call is a round trip to the jsii Node process.
+    """
+    Validations.of(scope).acknowledge(*(Acknowledgment(id=id, reason=reason) for id, reason in reasons.items()))
+
+
 def instance_policy(
     scope: Construct, *, statements: Sequence[iam.PolicyStatement], log_group_arn: str, metric_namespace: str,
     image_repository: ecr.IRepository | None, image_sid: str, description: str,
@@ -181,15 +189,15 @@ def instance_policy(
             iam.PolicyStatement(sid="EcrAuthorizationToken", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
         ]
     policy = iam.ManagedPolicy(scope, "InstancePolicy", statements=[*statements, *shared], description=description)
-    Validations.of(policy).acknowledge(Acknowledgment(
-        id="AwsSolutions-IAM5[Resource::*]",
-        reason="Only for actions with no resource-level permissions: ecr:GetAuthorizationToken (a registry-wide "
-               "token; the pull itself is limited to the named repository), cloudwatch:PutMetricData (limited by "
-               "the cloudwatch:namespace condition) and the ssmmessages session-channel actions"))
-    Validations.of(policy).acknowledge(Acknowledgment(
-        id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
-        reason="ssm:UpdateInstanceInformation for this account's instances: an instance's ID is not known "
-               "before it launches"))
+    acknowledge(policy, {
+        "AwsSolutions-IAM5[Resource::*]":
+            "Only for actions with no resource-level permissions: ecr:GetAuthorizationToken (a registry-wide token; "
+            "the pull itself is limited to the named repository), cloudwatch:PutMetricData (limited by the "
+            "cloudwatch:namespace condition) and the ssmmessages session-channel actions",
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]":
+            "ssm:UpdateInstanceInformation for this account's instances: an instance's ID is not known before it "
+            "launches",
+    })
     return policy
 
 

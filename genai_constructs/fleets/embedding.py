@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import cast
 
-from aws_cdk import Acknowledgment, Aws, CfnElement, CfnOutput, Duration, Names, RemovalPolicy, Stack, Validations
+from aws_cdk import Aws, CfnElement, CfnOutput, Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -310,24 +310,21 @@ class EmbeddingBatchFleet(Construct):
                 versioned=True,
                 lifecycle_rules=[s3.LifecycleRule(expiration=ACCESS_LOG_RETENTION,
                                                   noncurrent_version_expiration=NONCURRENT_VERSION_EXPIRATION)])
-            Validations.of(self.access_log_bucket).acknowledge(Acknowledgment(
-                id="AwsSolutions-S1",
-                reason="This bucket receives the staging buckets' server access logs; logging it into itself "
-                       "would loop (S3 server access logs cannot target a KMS-encrypted bucket, hence SSE-S3)"))
-            for pack in ("NIST.800.53.R5", "HIPAA.Security"):
-                Validations.of(self.access_log_bucket).acknowledge(
-                    Acknowledgment(
-                        id=f"{pack}-S3BucketLoggingEnabled",
-                        reason="This bucket receives the staging buckets' server access logs; logging it into "
-                               "itself would loop"),
-                    Acknowledgment(
-                        id=f"{pack}-S3DefaultEncryptionKMS",
-                        reason="S3 server access log delivery supports only SSE-S3 on the destination bucket, "
-                               "not SSE-KMS"),
-                    Acknowledgment(
-                        id=f"{pack}-S3BucketReplicationEnabled",
-                        reason="Access logs kept for incident review (ACCESS_LOG_RETENTION); a replica would double "
-                               "their cost for data that is not a system of record"))
+            _launch.acknowledge(self.access_log_bucket, {
+                "AwsSolutions-S1":
+                    "This bucket receives the staging buckets' server access logs; logging it into itself would loop "
+                    "(S3 server access logs cannot target a KMS-encrypted bucket, hence SSE-S3)",
+                **{f"{pack}-{rule}": reason for pack in ("NIST.800.53.R5", "HIPAA.Security") for rule, reason in (
+                    ("S3BucketLoggingEnabled",
+                     "This bucket receives the staging buckets' server access logs; logging it into itself would "
+                     "loop"),
+                    ("S3DefaultEncryptionKMS",
+                     "S3 server access log delivery supports only SSE-S3 on the destination bucket, not SSE-KMS"),
+                    ("S3BucketReplicationEnabled",
+                     "Access logs kept for incident review (ACCESS_LOG_RETENTION); a replica would double their "
+                     "cost for data that is not a system of record"),
+                )},
+            })
         self.input_bucket: s3.IBucket = input_bucket or s3.Bucket(
             self, "InputBucket", encryption=s3.BucketEncryption.KMS, encryption_key=self.encryption_key,
             bucket_key_enabled=True, enforce_ssl=True, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
@@ -355,9 +352,8 @@ class EmbeddingBatchFleet(Construct):
              "Vectors are derived data: re-embedding the input rebuilds them; a replica would double storage"),
         ):
             if created:
-                for pack in ("NIST.800.53.R5", "HIPAA.Security"):
-                    Validations.of(created).acknowledge(
-                        Acknowledgment(id=f"{pack}-S3BucketReplicationEnabled", reason=why))
+                _launch.acknowledge(created, {f"{pack}-S3BucketReplicationEnabled": why
+                                              for pack in ("NIST.800.53.R5", "HIPAA.Security")})
         network.allow_bucket(self.input_bucket)
         network.allow_bucket(self.output_bucket, write=True)
 
@@ -380,19 +376,18 @@ class EmbeddingBatchFleet(Construct):
             s3.EventType.OBJECT_CREATED, s3n.SqsDestination(self.queue), s3.NotificationKeyFilter(prefix=input_prefix))
         handler = Stack.of(self).node.try_find_child(NOTIFICATIONS_HANDLER_ID)
         if handler is not None:
-            Validations.of(handler).acknowledge(Acknowledgment(
-                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-                   "AWSLambdaBasicExecutionRole]",
-                reason="CDK's bucket-notifications handler (one per stack) runs only during deployment to call "
-                       "PutBucketNotificationConfiguration; CDK creates its role with this policy for its logs"))
+            _launch.acknowledge(handler, {
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AWSLambdaBasicExecutionRole]":
+                    "CDK's bucket-notifications handler (one per stack) runs only during deployment to call "
+                    "PutBucketNotificationConfiguration; CDK creates its role with this policy for its logs"})
         notifications = self.input_bucket.node.try_find_child("Notifications")
         if notifications is not None:
-            for pack in ("NIST.800.53.R5", "HIPAA.Security"):
-                Validations.of(notifications).acknowledge(Acknowledgment(
-                    id=f"{pack}-IAMNoInlinePolicy",
-                    reason="CDK's bucket-notifications resource attaches this inline policy "
-                           "(s3:PutBucketNotification on this bucket) to its own handler role; CDK offers no "
-                           "customer-managed alternative"))
+            _launch.acknowledge(notifications, {
+                f"{pack}-IAMNoInlinePolicy":
+                    "CDK's bucket-notifications resource attaches this inline policy (s3:PutBucketNotification on "
+                    "this bucket) to its own handler role; CDK offers no customer-managed alternative"
+                for pack in ("NIST.800.53.R5", "HIPAA.Security")})
 
         # ---- 6. IAM --------------------------------------------------------------------------------------------
         if worker_command:
@@ -453,15 +448,15 @@ class EmbeddingBatchFleet(Construct):
             group_metrics=[autoscaling.GroupMetrics.all()],
             notifications=[autoscaling.NotificationConfiguration(topic=self.topic)])
         if mixed:
-            Validations.of(self.auto_scaling_group).acknowledge(Acknowledgment(
-                id="AwsSolutions-EC26",
-                reason="The rule cannot follow a mixed instances policy to its launch template (it throws on the "
-                       "intrinsic); the launch template's only volume is the KMS-encrypted gp3 root"))
-            for pack in ("NIST.800.53.R5", "HIPAA.Security"):
-                Validations.of(self.auto_scaling_group).acknowledge(Acknowledgment(
-                    id=f"{pack}-EC2IMDSv2Enabled",
-                    reason="The rule cannot follow a mixed instances policy to its launch template; the launch "
-                           "template requires IMDSv2 (HttpTokens=required, checked by the local deploy)"))
+            _launch.acknowledge(self.auto_scaling_group, {
+                "AwsSolutions-EC26":
+                    "The rule cannot follow a mixed instances policy to its launch template (it throws on the "
+                    "intrinsic); the launch template's only volume is the KMS-encrypted gp3 root",
+                **{f"{pack}-EC2IMDSv2Enabled":
+                   "The rule cannot follow a mixed instances policy to its launch template; the launch template "
+                   "requires IMDSv2 (HttpTokens=required, checked by the local deploy)"
+                   for pack in ("NIST.800.53.R5", "HIPAA.Security")},
+            })
         if warm_pool:
             self.auto_scaling_group.add_warm_pool(pool_state=autoscaling.PoolState.STOPPED, min_size=0)
 
@@ -510,15 +505,16 @@ class EmbeddingBatchFleet(Construct):
             self, statements=statements, log_group_arn=self.log_group.log_group_arn, metric_namespace=METRIC_NAMESPACE,
             image_repository=repository, image_sid="PullWorkerImage",
             description=f"{_NAME} workers: staged documents, vectors, queue, key, logs, metrics")
+        acknowledgments: dict[str, str] = {}
         for bucket, prefix, why in (
             (self.input_bucket, self.input_prefix, "every staged document under the input prefix: keys are data"),
             (self.input_bucket, self.model_prefix, "the model directory's files (names vary by model)"),
             (self.output_bucket, self.output_prefix, "one vectors object per input key under the output prefix"),
         ):
-            Validations.of(policy).acknowledge(Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::<{self._logical_id(bucket)}.Arn>/{prefix}*]" if isinstance(bucket, s3.Bucket) and bucket.node.scope is self
-                else f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/{prefix}*]",
-                reason=f"Objects under an exact prefix: {why}"))
+            resource = (f"<{self._logical_id(bucket)}.Arn>" if isinstance(bucket, s3.Bucket) and bucket.node.scope is self
+                        else f"arn:<AWS::Partition>:s3:::{bucket.bucket_name}")
+            acknowledgments[f"AwsSolutions-IAM5[Resource::{resource}/{prefix}*]"] = f"Objects under an exact prefix: {why}"
+        _launch.acknowledge(policy, acknowledgments)
         return policy
 
     def _logical_id(self, bucket: s3.IBucket) -> str:

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aws_cdk import (
-    Acknowledgment,
     Annotations,
     Aws,
     Duration,
@@ -23,7 +22,6 @@ from aws_cdk import (
     RemovalPolicy,
     Stack,
     Token,
-    Validations,
 )
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_certificatemanager as acm
@@ -297,20 +295,20 @@ class GpuInferenceFleet(Construct):
             self, "LoadBalancer", vpc=network.vpc, vpc_subnets=network.subnet_selection, internet_facing=False,
             security_group=self.load_balancer_security_group, idle_timeout=IDLE_TIMEOUT,
             drop_invalid_header_fields=True, deletion_protection=deletion_protection)
+        load_balancer_findings: dict[str, str] = {}
         if not deletion_protection:
             for pack in ("NIST.800.53.R5", "HIPAA.Security"):
-                Validations.of(self.load_balancer).acknowledge(Acknowledgment(
-                    id=f"{pack}-ELBDeletionProtectionEnabled",
-                    reason="deletion_protection=False (DEFAULT_DELETION_PROTECTION): the internal load balancer holds "
-                           "no data and the stack must be destroyable; pass deletion_protection=True to keep it"))
+                load_balancer_findings[f"{pack}-ELBDeletionProtectionEnabled"] = (
+                    "deletion_protection=False (DEFAULT_DELETION_PROTECTION): the internal load balancer holds no data "
+                    "and the stack must be destroyable; pass deletion_protection=True to keep it")
         if web_acl is not None:
             wafv2.CfnWebACLAssociation(self, "WebAclAssociation", resource_arn=self.load_balancer.load_balancer_arn,
                                        web_acl_arn=web_acl.attr_arn)
         else:
-            Validations.of(self.load_balancer).acknowledge(Acknowledgment(
-                id="NIST.800.53.R5-ALBWAFEnabled",
-                reason="An internal load balancer reached only from inside the VPC; pass web_acl= to attach a WAFv2 "
-                       "web ACL (e.g. with size and rate rules for prompts)"))
+            load_balancer_findings["NIST.800.53.R5-ALBWAFEnabled"] = (
+                "An internal load balancer reached only from inside the VPC; pass web_acl= to attach a WAFv2 web ACL "
+                "(e.g. with size and rate rules for prompts)")
+        _launch.acknowledge(self.load_balancer, load_balancer_findings)
         self.access_log_bucket = s3.Bucket(
             self, "AccessLogs", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
@@ -318,8 +316,7 @@ class GpuInferenceFleet(Construct):
             versioned=True, removal_policy=RemovalPolicy.RETAIN,
             lifecycle_rules=[s3.LifecycleRule(expiration=ACCESS_LOG_RETENTION,
                                               noncurrent_version_expiration=Duration.days(1))])
-        for id, reason in _ACCESS_LOG_BUCKET_ACKNOWLEDGMENTS.items():
-            Validations.of(self.access_log_bucket).acknowledge(Acknowledgment(id=id, reason=reason))
+        _launch.acknowledge(self.access_log_bucket, _ACCESS_LOG_BUCKET_ACKNOWLEDGMENTS)
         self._log_access(ACCESS_LOG_PREFIX)
 
         listener_port = 443 if certificate else 80
@@ -420,10 +417,10 @@ class GpuInferenceFleet(Construct):
             self, statements=statements, log_group_arn=self.log_group.log_group_arn, metric_namespace=METRIC_NAMESPACE,
             image_repository=repository, image_sid="PullServerImage",
             description=f"{_NAME} instances: the model, logs, metrics, image pull, SSM")
-        for artifact in artifacts:
-            Validations.of(policy).acknowledge(Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{artifact.bucket_name}/{artifact.prefix}*]",
-                reason="Every object under the model version's prefix: the weights' file names vary by model"))
+        _launch.acknowledge(policy, {
+            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{artifact.bucket_name}/{artifact.prefix}*]":
+                "Every object under the model version's prefix: the weights' file names vary by model"
+            for artifact in artifacts})
         return policy
 
     def _slot(self, name: str, artifact: ModelArtifact, *, plan: InferencePlan, accelerator: _launch.AcceleratorKind,
@@ -629,16 +626,14 @@ class GpuInferenceFleet(Construct):
         policy = iam.ManagedPolicy(self, f"{id}Policy", statements=statements, roles=[role],
                                    description=f"{_NAME} {self.node.path}: the {id} SDK call")
         resource.node.add_dependency(policy)
-
-        resource.node.add_dependency(policy)
         group_ref = Stack.of(self).resolve(group.auto_scaling_group_name)["Ref"]
-        Validations.of(policy).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
-               f"autoScalingGroup:*:autoScalingGroupName/<{group_ref}>]",
-            reason="An Auto Scaling group ARN embeds a UUID CloudFormation does not return; the group name pins it"))
+        policy_findings = {
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
+            f"autoScalingGroup:*:autoScalingGroupName/<{group_ref}>]":
+                "An Auto Scaling group ARN embeds a UUID CloudFormation does not return; the group name pins it"}
         if wildcard_reason:
-            Validations.of(policy).acknowledge(Acknowledgment(id="AwsSolutions-IAM5[Resource::*]",
-                                                              reason=wildcard_reason))
+            policy_findings["AwsSolutions-IAM5[Resource::*]"] = wildcard_reason
+        _launch.acknowledge(policy, policy_findings)
         _acknowledge_sdk_provider(provider)
         return resource
 
@@ -694,8 +689,7 @@ def _acknowledge_sdk_provider(provider: IConstruct) -> None:
         reasons[f"{pack}-LambdaInsideVPC"] = (
             "CDK's provider calls the Auto Scaling API; inside the NAT-less VPC it would need an extra "
             "interface endpoint for one call per deploy")
-    for id, reason in reasons.items():
-        Validations.of(provider).acknowledge(Acknowledgment(id=id, reason=reason))
+    _launch.acknowledge(provider, reasons)
 
 
 def _requests_per_target_per_minute(plan: InferencePlan) -> int:
