@@ -294,6 +294,9 @@ class PrivateDataPath(Construct):
         self._write_statement: iam.PolicyStatement | None = None
         self._allowed: dict[str, bool] = {}
 
+        # One statement object serves every endpoint's policy: it is never changed after this, and each endpoint
+        # renders its own copy at synth (one construct call instead of three per endpoint).
+        this_account = self._this_account_statement()
         self.dynamodb_gateway_endpoint: ec2.GatewayVpcEndpoint | None = None
         if dynamodb_gateway_endpoint:
             self.dynamodb_gateway_endpoint = ec2.GatewayVpcEndpoint(
@@ -303,7 +306,7 @@ class PrivateDataPath(Construct):
                 service=ec2.GatewayVpcEndpointAwsService.DYNAMODB,
                 subnets=[self.subnet_selection],
             )
-            self.dynamodb_gateway_endpoint.add_to_policy(self._this_account_statement())
+            self.dynamodb_gateway_endpoint.add_to_policy(this_account)
 
         self.interface_endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
         for short_name in [*DEFAULT_INTERFACE_ENDPOINTS, *extra]:
@@ -318,7 +321,7 @@ class PrivateDataPath(Construct):
                 private_dns_enabled=True,
                 open=False,
             )
-            endpoint.add_to_policy(self._this_account_statement())
+            endpoint.add_to_policy(this_account)
             self.interface_endpoints[short_name] = endpoint
 
         self.retrieval_services: dict[str, RetrievalService] = {}
