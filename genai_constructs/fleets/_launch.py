@@ -151,9 +151,13 @@ def fleet_foundations(
 def acknowledge(scope: IConstruct, reasons: Mapping[str, str]) -> None:
     """Acknowledge cdk-nag findings on ``scope``, each id with its reason.
 
-    One ``Validations.acknowledge`` call for all of them: each call is a round trip to the jsii Node process.
+    One ``Validations.acknowledge`` call for all of them (none when there is nothing to acknowledge): each call is a
+    round trip to the jsii Node process.
     """
-    Validations.of(scope).acknowledge(*(Acknowledgment(id=id, reason=reason) for id, reason in reasons.items()))
+    if reasons:
+        Validations.of(scope).acknowledge(
+            *(Acknowledgment(id=id, reason=reason) for id, reason in reasons.items())
+        )
 
 
 def instance_policy(
