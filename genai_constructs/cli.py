@@ -45,6 +45,13 @@ def _plan_table(title: str, plan: InferencePlan | EmbeddingPlan) -> Table:
         table.add_row("tokens/s per instance", f"{e.output_tokens_per_s:,.0f}")
         table.add_row("$/hour (one / peak)", f"{_usd(plan.usd_per_hour)} / {_usd(plan.usd_per_hour_at_peak)}")
         table.add_row("$ per 1M output tokens", _usd(plan.usd_per_million_output_tokens))
+        server = plan.server
+        table.add_row("server settings (vLLM)", " ".join(server.vllm_args()))
+        table.add_row(
+            "KV cache at max_model_len",
+            f"{server.kv_cache_gib_one_max_request:.2f} GiB per request of {server.kv_cache_gib_available:.2f} GiB "
+            f"left ({server.kv_cache_gib_reserved:.2f} GiB kept back): {server.max_concurrent_max_requests} at once",
+        )
     else:
         table.add_row("workers per instance", str(plan.workers_per_instance))
         table.add_row("instances (min / max)", f"{plan.min_instances} / {plan.max_instances}")
@@ -121,6 +128,7 @@ def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
                 ("output_tokens", args.output_tokens),
                 ("p95_ttft_ms", args.p95_ttft_ms),
                 ("p95_tpot_ms", args.p95_tpot_ms),
+                ("max_request_tokens", args.max_request_tokens),
             )
             if v is not None
         }
@@ -186,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--tokens-per-s", type=float, help="output tokens/s each session needs")
     plan.add_argument("--p95-ttft-ms", type=float)
     plan.add_argument("--p95-tpot-ms", type=float)
+    plan.add_argument(
+        "--max-request-tokens", type=int, help="longest prompt + output one request may carry (vLLM --max-model-len)"
+    )
     plan.add_argument("--documents", type=int, help="batch: documents in the backlog")
     plan.add_argument("--tokens-per-document", type=int)
     plan.add_argument("--deadline-hours", type=float)

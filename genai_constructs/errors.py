@@ -32,6 +32,13 @@ class DeadlineUnreachableError(GenaiConstructsError):
     """No instance count in the catalog finishes the batch before its deadline."""
 
 
+class ServerStartupError(GenaiConstructsError):
+    """Server settings that the model server (vLLM) would refuse at start-up, found before synthesis.
+
+    The message lists every problem at once, each with its numbers and the fix.
+    """
+
+
 class ConfigurationError(GenaiConstructsError):
     """Construct properties that are invalid or conflict with each other.
 

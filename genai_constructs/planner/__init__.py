@@ -9,11 +9,21 @@ from genai_constructs.planner.plans import (
     InferencePlan,
     MemoryBreakdown,
     PlanOption,
+    ServerSettings,
+)
+from genai_constructs.planner.server_settings import (
+    STARTUP_MEMORY_MARGIN_GIB_PER_RANK,
+    VLLM_VERSION,
+    check_server_settings,
+    derive_server_settings,
+    startup_problems,
 )
 
 __all__ = [
     "DEFAULT_RUNTIME",
     "RUNTIMES",
+    "STARTUP_MEMORY_MARGIN_GIB_PER_RANK",
+    "VLLM_VERSION",
     "Accelerator",
     "Catalog",
     "EmbeddingPlan",
@@ -23,8 +33,12 @@ __all__ = [
     "MemoryBreakdown",
     "PlanOption",
     "RuntimeProfile",
+    "ServerSettings",
+    "check_server_settings",
+    "derive_server_settings",
     "estimate",
     "load_catalog",
     "plan_embedding",
     "plan_inference",
+    "startup_problems",
 ]

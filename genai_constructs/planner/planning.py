@@ -10,11 +10,19 @@ from genai_constructs.errors import (
     GenaiConstructsError,
     LatencyTargetUnreachableError,
     ModelDoesNotFitError,
+    ServerStartupError,
 )
 from genai_constructs.planner.catalog import InstanceType, load_catalog
 from genai_constructs.planner.estimate import DEFAULT_RUNTIME, GIB, RUNTIMES, estimate
-from genai_constructs.planner.plans import EmbeddingPlan, Estimate, InferencePlan, PlanOption
-from genai_constructs.workload import BatchTraffic, ModelShape, RealtimeTraffic
+from genai_constructs.planner.plans import EmbeddingPlan, Estimate, InferencePlan, PlanOption, ServerSettings
+from genai_constructs.planner.server_settings import VLLM_VERSION, derive_server_settings, startup_findings
+from genai_constructs.workload import (
+    DEFAULT_MAX_REQUEST_TOKENS_FACTOR,
+    DEFAULT_MAX_REQUEST_TOKENS_FLOOR,
+    BatchTraffic,
+    ModelShape,
+    RealtimeTraffic,
+)
 
 ENCODER_COMPUTE_EFFICIENCY = 0.40
 """Encoders at 128-512 tokens run small GEMMs plus memory-bound layernorm/softmax/gather between them: the four
@@ -30,6 +38,8 @@ EMBEDDING_BATCH_SIZE = 64
 WORKER_MESSAGES_IN_FLIGHT = 2
 """Messages a worker holds at once: one on the device, one being read from S3 and tokenized, so the GPU never waits
 on I/O and never thrashes between more batches than fit its memory."""
+MAX_STARTUP_FAILURES_SHOWN = 6
+"""When no option can start the server, the error lists the problems of this many (the roomiest first)."""
 INCLUDE_NEURON_DEFAULT = False
 """Inferentia2/Trainium need a model compiled ahead of time for fixed sequence buckets and the Neuron DLAMI; the
 planner ranks them only when asked (include_neuron=True) and otherwise notes when one would have been cheaper."""
@@ -193,8 +203,9 @@ def plan_inference(
             f"({model.max_context}): shorten prompts or outputs"
         )
     candidates = _candidates(instance_types, include_neuron)
-    ranked: list[tuple[tuple[float, float, float], InstanceType, int, Estimate]] = []
+    ranked: list[tuple[tuple[float, float, float], InstanceType, int, Estimate, ServerSettings]] = []
     unpriced: list[PlanOption] = []
+    refused: list[tuple[ServerSettings, InstanceType, list[tuple[str, str]]]] = []
     best_fitting: tuple[float, InstanceType] | None = None
     largest_shortfall: tuple[float, InstanceType, float] | None = None
     best_tpot: tuple[float, InstanceType] | None = None
@@ -229,6 +240,16 @@ def plan_inference(
             output_tokens=traffic.output_tokens,
             runtime=runtime,
         )
+        # The server's cap is the highest concurrency that still meets both p95 targets: above it, requests wait
+        # rather than slow everyone down. Scaling aims below it, at the planned concurrency (the headroom is the
+        # room a burst uses while the fleet scales out).
+        server = derive_server_settings(
+            model, traffic, instance, devices=e.devices, max_num_seqs=max_ok, runtime=runtime
+        )
+        findings = startup_findings(server, model, instance)
+        if findings:
+            refused.append((server, instance, findings))
+            continue
         instances = max(traffic.min_instances, math.ceil(traffic.concurrent_sessions / planned))
         if instance.on_demand_usd_per_hour is None:
             unpriced.append(
@@ -245,8 +266,18 @@ def plan_inference(
             continue
         fleet_cost = instance.on_demand_usd_per_hour * instances
         per_million = instance.on_demand_usd_per_hour / (e.output_tokens_per_s * 3600) * 1e6
-        ranked.append(((fleet_cost, per_million, e.tpot_ms), instance, instances, e))
+        ranked.append(((fleet_cost, per_million, e.tpot_ms), instance, instances, e, server))
 
+    if not ranked and refused:
+        refused.sort(key=lambda item: -item[0].kv_cache_gib_available)
+        shown = [f"  - {sentence}" for _, _, found in refused[:MAX_STARTUP_FAILURES_SHOWN] for _, sentence in found]
+        more = len(refused) - MAX_STARTUP_FAILURES_SHOWN
+        tail = f"\n  ... and {more} more instance type(s) refused likewise" if more > 0 else ""
+        unpriced_note = f"; {len(unpriced)} more have no public price" if unpriced else ""
+        raise ServerStartupError(
+            f"plan_inference: vLLM {VLLM_VERSION} would refuse to start on every priced instance type that meets the "
+            f"latency targets for {model.name} ({len(refused)} refused{unpriced_note}):\n" + "\n".join(shown) + tail
+        )
     if not ranked:
         if best_fitting is None:
             assert largest_shortfall is not None
@@ -266,7 +297,7 @@ def plan_inference(
         )
 
     ranked.sort(key=lambda item: item[0])
-    (fleet_cost, per_million, _), chosen, instances, e = ranked[0]
+    (fleet_cost, per_million, _), chosen, instances, e, server = ranked[0]
     bottleneck_family, cost_lever = _guide(chosen.family)
     dominant = max(
         ("weights", "kv_cache", "tensor_parallel", "prefill_interleave", "gemm_compute", "host_floor"),
@@ -286,8 +317,15 @@ def plan_inference(
         f"{chosen.instance_type} at ${chosen.on_demand_usd_per_hour:.3f}/h on-demand ({load_catalog().price_region}, "
         f"{load_catalog().price_date}) makes the peak fleet ${fleet_cost:.2f}/h, the cheapest of {len(ranked)} options "
         f"that meet the targets, at ${per_million:.2f} per 1M output tokens.",
+        _server_reason(model, traffic, server),
     ]
     notes = [vcpu_quota_note(chosen, instances)] + [f"{o.instance_type}: {o.note}" for o in unpriced]
+    if refused:
+        notes.append(
+            f"Left out because vLLM {VLLM_VERSION} would refuse to start there: "
+            + "; ".join(f"{i.instance_type} ({', '.join(label for label, _ in found)})" for _, i, found in refused)
+            + "."
+        )
     if not include_neuron and instance_types is None:
         notes.append("Inferentia2/Trainium were not ranked (include_neuron=False): they need a Neuron-compiled model.")
     alternatives = [
@@ -300,7 +338,7 @@ def plan_inference(
             tpot_ms=alt.tpot_ms,
             note=f"${key[0]:.2f}/h at peak",
         )
-        for key, i, n, alt in ranked[1:6]
+        for key, i, n, alt, _ in ranked[1:6]
     ] + unpriced
     return InferencePlan(
         model=model,
@@ -313,6 +351,7 @@ def plan_inference(
         min_instances=traffic.min_instances,
         max_instances=instances,
         estimate=e,
+        server=server,
         usd_per_hour=chosen.on_demand_usd_per_hour,
         usd_per_hour_at_peak=round(fleet_cost, 4),
         usd_per_million_output_tokens=round(per_million, 4),
@@ -324,6 +363,27 @@ def plan_inference(
         reasons=reasons,
         alternatives=alternatives,
         notes=notes,
+    )
+
+
+def _server_reason(model: ModelShape, traffic: RealtimeTraffic, server: ServerSettings) -> str:
+    if traffic.max_request_tokens is not None:
+        why_len = "the traffic's max_request_tokens"
+    elif server.max_model_len < traffic.request_tokens_limit:
+        why_len = f"the default longest request, {traffic.request_tokens_limit:,} tokens, capped at {model.name}'s max_context"
+    else:
+        why_len = (
+            f"the default longest request: the larger of {DEFAULT_MAX_REQUEST_TOKENS_FLOOR:,} tokens and "
+            f"{DEFAULT_MAX_REQUEST_TOKENS_FACTOR} x the mean prompt + output"
+        )
+    return (
+        f"vLLM starts with --max-model-len {server.max_model_len:,} ({why_len}), --max-num-seqs {server.max_num_seqs} "
+        f"(the highest per-instance concurrency that meets both p95 targets; scaling aims below it, at the planned "
+        f"concurrency, so the headroom absorbs a burst while the fleet scales out) and --gpu-memory-utilization {server.gpu_memory_utilization:g} (the "
+        f"fraction the memory estimate assumes): one {server.max_model_len:,}-token request needs "
+        f"{server.kv_cache_gib_one_max_request:.2f} GiB of KV cache of the {server.kv_cache_gib_available:.2f} GiB left "
+        f"after weights and overhead ({server.kv_cache_gib_reserved:.2f} GiB of it kept for vLLM's measured overhead), "
+        f"so {server.max_concurrent_max_requests} such requests fit at once."
     )
 
 

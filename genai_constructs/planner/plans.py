@@ -51,6 +51,71 @@ class Estimate(_Result):
     terms_ms: dict[str, float] = Field(description="Decode step broken into its terms, for review.")
 
 
+class ServerSettings(_Result):
+    """The model server's start-up settings for one replica, derived from the plan and checked against vLLM 0.13's
+    own start-up checks (see ``genai_constructs.planner.server_settings``).
+
+    KV cache figures are for the whole replica (all tensor-parallel ranks together); vLLM checks each rank, and every
+    rank holds the same share, so the comparison is the same.
+    """
+
+    max_model_len: int = Field(
+        description="--max-model-len: the longest prompt + output one request may carry (the traffic's "
+        "max_request_tokens, or its default capped at the model's max_context)."
+    )
+    max_num_seqs: int = Field(
+        description="--max-num-seqs: sequences one replica runs at once (the planned concurrency)."
+    )
+    gpu_memory_utilization: float = Field(
+        description="--gpu-memory-utilization: the fraction of each device's memory vLLM may use; exactly what the "
+        "memory estimate assumed."
+    )
+    tensor_parallel_size: int = Field(
+        description="--tensor-parallel-size: ranks the model is sharded over (one per GPU; one per NeuronCore, two "
+        "per Inferentia2/Trainium chip)."
+    )
+    block_size: int = Field(
+        default=16,
+        description="Tokens per KV cache block (vLLM's CUDA default, not passed); KV is allocated in whole blocks.",
+    )
+    max_num_batched_tokens: int = Field(
+        description="--max-num-batched-tokens: vLLM 0.13's OpenAI-server default for this GPU (8,192 at 70 GiB or more "
+        "per device except A100, else 2,048); passed so that the check does not depend on vLLM's device detection."
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        default="auto",
+        description="--kv-cache-dtype: fp8 for fp8 plans (the estimate assumes a 1-byte cache), else auto (the "
+        "model's dtype).",
+    )
+    kv_cache_gib_available: float = Field(
+        description="KV cache memory the estimator's memory model leaves on the replica: total x gpu_memory_utilization "
+        "- weights - runtime overhead, i.e. what vLLM computes after profiling."
+    )
+    kv_cache_gib_reserved: float = Field(
+        description="Part of kv_cache_gib_available the start-up check keeps unclaimed "
+        "(STARTUP_MEMORY_MARGIN_GIB_PER_RANK per rank): vLLM measures its overhead, the estimate assumes it."
+    )
+    kv_cache_gib_one_max_request: float = Field(
+        description="KV cache one max_model_len request needs: whole blocks of block_size tokens, every layer, every rank."
+    )
+    max_concurrent_max_requests: int = Field(
+        description="max_model_len requests whose KV cache fits at once (vLLM logs it as 'Maximum concurrency')."
+    )
+
+    def vllm_args(self) -> list[str]:
+        """The settings as ``vllm.entrypoints.openai.api_server`` flags (vLLM 0.13 ``EngineArgs.add_cli_args``)."""
+        args = [
+            "--tensor-parallel-size", str(self.tensor_parallel_size),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--max-model-len", str(self.max_model_len),
+            "--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}",
+            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+        ]  # fmt: skip
+        if self.kv_cache_dtype != "auto":
+            args += ["--kv-cache-dtype", self.kv_cache_dtype]
+        return args
+
+
 class PlanOption(_Result):
     """One ranked candidate the planner considered."""
 
@@ -91,6 +156,7 @@ class InferencePlan(_Plan):
     devices_per_replica: int = Field(description="Tensor-parallel degree; every device of the instance.")
     concurrency_per_instance: int = Field(description="Sequences one instance serves at planned load (server cap).")
     estimate: Estimate = Field(description="At the planned per-instance concurrency.")
+    server: ServerSettings = Field(description="The model server's start-up settings, checked against vLLM's rules.")
     usd_per_hour_at_peak: float | None = Field(description="max_instances on-demand.")
     usd_per_million_output_tokens: float | None
 
