@@ -54,6 +54,7 @@ DEFAULT_INTERFACE_ENDPOINTS: dict[str, str] = {
     "ecr.dkr": "container image pulls (layers then come from S3 through the gateway endpoint)",
     "sts": "regional STS for role credentials and SDK calls that assume roles",
     "kms": "decrypting the KMS-encrypted EBS volumes, queues and objects",
+    "autoscaling": "instances complete their own launch lifecycle hook (CompleteLifecycleAction, heartbeats) once weights are fetched and the server answers",
 }
 
 #: Optional interface endpoints by name (``extra_interface_endpoints=[...]``): short name -> AWS service name suffix.

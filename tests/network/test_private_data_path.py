@@ -150,7 +150,8 @@ def test_default_interface_endpoints_are_what_the_fleets_call(
     defaults: tuple[Any, PrivateDataPath], template: dict[str, Any]
 ) -> None:
     _, net = defaults
-    expected = {"sqs", "logs", "monitoring", "ssm", "ssmmessages", "ec2messages", "ecr.api", "ecr.dkr", "sts", "kms"}
+    expected = {"sqs", "logs", "monitoring", "ssm", "ssmmessages", "ec2messages", "ecr.api", "ecr.dkr", "sts", "kms",
+                "autoscaling"}
     assert {service_suffix(v) for v in interface_endpoints(template).values()} == expected
     assert set(net.interface_endpoints) == expected == set(DEFAULT_INTERFACE_ENDPOINTS)
 
