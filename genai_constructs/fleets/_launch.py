@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Aws, Duration, Names, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -34,9 +35,13 @@ NVIDIA_DLAMI_PARAMETER = (
 )
 """AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Amazon Linux 2023): NVIDIA driver, CUDA, Docker and the NVIDIA
 container toolkit, nothing framework-specific, so the model server container brings its own stack."""
-NEURON_DLAMI_PARAMETER = "/aws/service/neuron/dlami/multi-framework/amazon-linux-2023/latest/image_id"
-"""Deep Learning AMI Neuron (Amazon Linux 2023), the multi-framework DLAMI the Neuron DLAMI guide lists for inf2 and
-trn1: Neuron driver, runtime and tools preinstalled."""
+NEURON_DLAMI_PARAMETER = "/aws/service/neuron/dlami/base/amazon-linux-2023/latest/image_id"
+"""Deep Learning Base Neuron AMI (Amazon Linux 2023): Neuron driver, runtime, tools and Docker, nothing
+framework-specific, so the Neuron vLLM container brings its own stack. The current Neuron DLAMI guide
+(awsdocs-neuron.readthedocs-hosted.com/en/latest/deploy/environments/dlami.html, SDK 2.32, modified 2026-01-22) lists
+this parameter and recommends the Base DLAMI for containerized applications; it no longer lists an Amazon Linux 2023
+multi-framework DLAMI (the ``multi-framework/amazon-linux-2023`` parameter appears only in older versions of the
+guide), and vLLM is not offered on the AL2023 multi-framework images since SDK 2.27.1."""
 ROOT_DEVICE_NAME = "/dev/xvda"
 """Root device of the Amazon Linux 2023 DLAMIs; naming it resizes and encrypts the root rather than adding a disk."""
 DLAMI_ROOT_GIB = 100
@@ -52,6 +57,19 @@ AGENT_METRICS_INTERVAL_S = 60
 """CloudWatch agent collection interval; one minute matches the alarms' period and standard-resolution pricing."""
 SERVING_USER_DATA_TEMPLATE = "serve_model.sh"
 """The bash body under genai_constructs/runtime/userdata/."""
+LAUNCH_HOOK_NAME = "genai-instance-ready"
+"""The launch lifecycle hook every fleet instance completes itself once it is ready (weights fetched and verified,
+image pulled; in service: the server answering). A literal, so the user data can name it without a reference."""
+
+
+def auto_scaling_group_name(scope: Construct, id: str) -> str:
+    """A physical name for the Auto Scaling group ``id`` under ``scope``, known at synthesis.
+
+    The boot script calls ``CompleteLifecycleAction``, which needs the group's name; a ``Ref`` to the group inside
+    the launch template's user data would be a dependency cycle (the group references the launch template). The
+    name is the scope's unique name (stack and construct path, with a hash) plus ``id``: unique per stack and region.
+    """
+    return f"{Names.unique_resource_name(scope, max_length=200, separator='-')}-{id}"
 
 
 def dlami_parameter_name(accelerator: AcceleratorKind) -> str:
@@ -141,11 +159,71 @@ def fleet_foundations(
         resources=["*"],
         conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn":
                                 f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}}))
-    topic = notifications_topic or sns.Topic(
-        scope, "Topic", master_key=key, enforce_ssl=True, display_name=topic_display_name)
+    topic = notifications_topic or alarm_topic(scope, "Topic", key=key, display_name=topic_display_name)
     log_group = logs.LogGroup(scope, "LogGroup", retention=FLEET_LOG_RETENTION, encryption_key=key,
                               removal_policy=RemovalPolicy.RETAIN)
     return FleetFoundations(encryption_key=key, topic=topic, log_group=log_group)
+
+
+def alarm_topic(scope: Construct, id: str, *, key: kms.IKey, display_name: str) -> sns.Topic:
+    """A KMS-encrypted SNS topic that CloudWatch alarms can publish to, and that refuses plain HTTP.
+
+    ``enforce_ssl=True`` gives the topic a resource policy whose only statement denies non-TLS requests. A topic
+    policy replaces SNS's default policy (which lets the owning account publish), and CloudWatch publishes alarm
+    notifications as the service principal ``cloudwatch.amazonaws.com``, not as an account identity, so without an
+    explicit Allow no alarm notification is ever delivered (Amazon SNS developer guide, "Amazon SNS access policy
+    for CloudWatch alarms"; CloudWatch user guide, "Using Amazon CloudWatch alarms" with an encrypted topic). The
+    Allow is scoped with ``aws:SourceAccount`` to this account's alarms (confused-deputy prevention, SNS developer
+    guide). Auto Scaling's lifecycle notifications publish through its service-linked role, an identity in this
+    account whose own permissions suffice. The key policy grants CloudWatch ``kms:Decrypt``/``GenerateDataKey*``
+    (``fleet_foundations``).
+    """
+    topic = sns.Topic(scope, id, master_key=key, enforce_ssl=True, display_name=display_name)
+    topic.add_to_resource_policy(iam.PolicyStatement(
+        sid="CloudWatchAlarmsPublish", principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+        actions=["sns:Publish"], resources=[topic.topic_arn],
+        conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}}))
+    return topic
+
+
+LIFECYCLE_HEARTBEAT_MAX_S = 7200
+"""The largest heartbeat timeout EC2 Auto Scaling accepts (PutLifecycleHook ``HeartbeatTimeout``: 30-7200 s)."""
+LIFECYCLE_HEARTBEAT_MIN_S = 30
+
+
+def add_launch_hook(group: autoscaling.AutoScalingGroup, *, heartbeat_s: int) -> autoscaling.LifecycleHook:
+    """A launch lifecycle hook (``LAUNCH_HOOK_NAME``) that the instance completes itself when it is ready.
+
+    Without it Auto Scaling stops a warm-pool instance "as soon as it finishes launching" and "does not wait for
+    user data to finish running" (EC2 Auto Scaling user guide, "Use lifecycle hooks with a warm pool"); with it the
+    instance waits in ``Warmed:Pending:Wait`` until the boot script calls ``CompleteLifecycleAction``, and again in
+    ``Pending:Wait`` when it leaves the pool for service, so it joins the load balancer only once it answers. The
+    health-check grace period starts after the hook completes (EC2 Auto Scaling user guide, "Set the health check
+    grace period"). No notification target: the instance itself is the actor. ``ABANDON`` on timeout: an instance
+    that never became ready is terminated and replaced rather than put in service.
+    """
+    return group.add_lifecycle_hook(
+        "InstanceReadyHook", lifecycle_hook_name=LAUNCH_HOOK_NAME,
+        lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+        default_result=autoscaling.DefaultResult.ABANDON,
+        heartbeat_timeout=Duration.seconds(min(LIFECYCLE_HEARTBEAT_MAX_S, max(LIFECYCLE_HEARTBEAT_MIN_S, heartbeat_s))))
+
+
+def launch_hook_statement(group_names: Sequence[str]) -> tuple[iam.PolicyStatement, dict[str, str]]:
+    """The instance role's right to complete (and heartbeat) the launch hook of its own groups, and the narrow
+    cdk-nag acknowledgments for the group ARNs' UUID wildcard."""
+    arns = [f"arn:{Aws.PARTITION}:autoscaling:{Aws.REGION}:{Aws.ACCOUNT_ID}:autoScalingGroup:*:"
+            f"autoScalingGroupName/{name}" for name in group_names]
+    statement = iam.PolicyStatement(
+        sid="CompleteOwnLaunchHook", resources=arns,
+        actions=["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"])
+    findings = {
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
+        f"autoScalingGroup:*:autoScalingGroupName/{name}]":
+            "An Auto Scaling group ARN embeds a UUID that is not known before the group exists; the group's name "
+            "(fixed at synthesis) pins it"
+        for name in group_names}
+    return statement, findings
 
 
 def acknowledge(scope: IConstruct, reasons: Mapping[str, str]) -> None:
@@ -312,7 +390,8 @@ class ServingUserData:
     """Everything the serving user data needs; values may be CDK tokens (they are resolved at deploy time).
 
     ``server_args`` are the arguments after the image; ``{model_dir}``, ``{tensor_parallel_size}``,
-    ``{max_num_seqs}``, ``{port}`` and ``{served_model_name}`` in them are filled in here.
+    ``{max_num_seqs}``, ``{port}``, ``{served_model_name}``, ``{max_model_len}`` and ``{gpu_memory_utilization}`` in
+    them are filled in here.
     """
 
     model_bucket: str
@@ -336,14 +415,42 @@ class ServingUserData:
     log_group_name: str
     cloudwatch_agent_config: Mapping[str, Any]
     fetch_timeout_s: int
+    upstream_port: int
+    """The model server's port on the instance's loopback (published from the container's ``server_port``); the
+    request proxy listens on ``server_port`` and forwards here."""
+    keep_alive_s: int
+    """HTTP keep-alive of the proxy and of the server (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), above the ALB's idle
+    timeout, so the load balancer always closes an idle connection first."""
+    drain_s: int
+    """How long the proxy drains in-flight requests after SIGTERM (the target group's deregistration delay)."""
+    max_model_len: int
+    gpu_memory_utilization: float
+    lifecycle_hook_name: str
+    """The launch lifecycle hook the instance completes itself; "" for none (no hook calls at all)."""
+    auto_scaling_group_name: str
+    """The group's physical name (``auto_scaling_group_name``): known at synthesis, no reference cycle."""
+    lifecycle_heartbeat_s: int
+    """The hook's heartbeat timeout: heartbeats every third of it while fetching; the wait for the server's first
+    200 is bounded by it."""
     models_root: str = "/opt/models"
     container_model_dir: str = "/models/current"
     extra_settings: Mapping[str, str] = field(default_factory=dict)
     server_environment: Mapping[str, str] = field(default_factory=dict)
     """Environment of the model server container (``docker run --env``), e.g. a retrieval tier's zonal names."""
+    runtime_code_bucket: str = ""
+    runtime_code_key: str = ""
+    kv_cache_dtype: str = "auto"
+    """vLLM's --kv-cache-dtype: "auto" (the model's dtype) or "fp8" where the plan assumed a one-byte cache."""
+    """An S3 object (a zip of ``health_sidecar.py`` and ``request_proxy.py``, e.g. a CDK asset of ``runtime/``) the
+    instance fetches them from; the instance role must be able to read it. Without it ("") both travel in the user
+    data as payloads, and the request proxy alone is larger than EC2's 16 KB user data limit."""
 
 
-_RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+"""Code that runs on the instances (genai_constructs/runtime)."""
+SERVING_RUNTIME_FILES = ("health_sidecar.py", "request_proxy.py")
+"""The serving instance's Python programs, shipped as one S3 asset (``runtime_code_key``) or in the user data."""
+_RUNTIME_DIR = RUNTIME_DIR
 
 
 def _minified_python(source: str) -> str:
@@ -360,9 +467,18 @@ def _minified_python(source: str) -> str:
     return ast.unparse(tree) + "\n"
 
 
-def _sidecar_payload() -> str:
-    source = _minified_python((_RUNTIME_DIR / "health_sidecar.py").read_text())
+def _python_payload(name: str) -> str:
+    """``runtime/<name>`` minified, gzipped and base64-encoded: the user data decodes it onto the instance."""
+    source = _minified_python((_RUNTIME_DIR / name).read_text())
     return b64encode(gzip.compress(source.encode(), mtime=0)).decode()
+
+
+def _sidecar_payload() -> str:
+    return _python_payload("health_sidecar.py")
+
+
+def _proxy_payload() -> str:
+    return _python_payload("request_proxy.py")
 
 
 def _without_comment_lines(script: str) -> str:
@@ -373,14 +489,25 @@ def _without_comment_lines(script: str) -> str:
 
 
 def _template(name: str) -> str:
-    return _without_comment_lines((_RUNTIME_DIR / "userdata" / name).read_text())
+    """``userdata/common.sh`` (logging, the manifest check, instance metadata, the launch lifecycle hook), then the
+    body ``userdata/<name>``: what goes below a boot script's settings block.
+
+    Both fleets' scripts start with it, so there is one copy of each shared function. Comment lines, blank lines
+    and indentation are dropped (bash needs none of them, and the scripts hold no multi-line literal whose
+    indentation matters): user data is capped at 16 KB.
+    """
+    text = "".join(_without_comment_lines((_RUNTIME_DIR / "userdata" / part).read_text())
+                   for part in ("common.sh", name))
+    return "".join(line.lstrip() + "\n" for line in text.splitlines())
 
 
 def render_serving_user_data(settings: ServingUserData) -> str:
-    """The serving user data as one bash script: a block of readonly, shell-quoted settings, then the template.
+    """The serving user data as one bash script: a block of readonly, shell-quoted settings, then the template
+    (common.sh and serve_model.sh).
 
     The template is static; only the settings block varies, and every value in it passes through ``shlex.quote``,
-    so no value can inject shell code.
+    so no value can inject shell code. The health sidecar and the request proxy travel in it as payloads unless
+    ``runtime_code_key`` names an S3 object to fetch them from.
     """
     fill = {
         "model_dir": settings.container_model_dir,
@@ -388,6 +515,9 @@ def render_serving_user_data(settings: ServingUserData) -> str:
         "max_num_seqs": str(settings.max_num_seqs),
         "port": str(settings.server_port),
         "served_model_name": settings.served_model_name,
+        "max_model_len": str(settings.max_model_len),
+        "gpu_memory_utilization": f"{settings.gpu_memory_utilization:g}",
+        "kv_cache_dtype": settings.kv_cache_dtype,
     }
     args = [arg.format(**fill) for arg in settings.server_args]
     scalars: dict[str, str] = {
@@ -412,8 +542,17 @@ def render_serving_user_data(settings: ServingUserData) -> str:
         "FLEET_NAME": settings.fleet_name,
         "LOG_GROUP_NAME": settings.log_group_name,
         "FETCH_TIMEOUT_S": str(settings.fetch_timeout_s),
+        "UPSTREAM_PORT": str(settings.upstream_port),
+        "KEEP_ALIVE_S": str(settings.keep_alive_s),
+        "DRAIN_S": str(settings.drain_s),
+        "LIFECYCLE_HOOK_NAME": settings.lifecycle_hook_name,
+        "AUTO_SCALING_GROUP_NAME": settings.auto_scaling_group_name,
+        "LIFECYCLE_HEARTBEAT_S": str(settings.lifecycle_heartbeat_s),
         "CW_AGENT_CONFIG": json.dumps(settings.cloudwatch_agent_config, sort_keys=True, separators=(",", ":")),
-        "SIDECAR_PY_GZ_B64": _sidecar_payload(),
+        "RUNTIME_CODE_BUCKET": settings.runtime_code_bucket,
+        "RUNTIME_CODE_KEY": settings.runtime_code_key,
+        "SIDECAR_PY_GZ_B64": "" if settings.runtime_code_key else _sidecar_payload(),
+        "PROXY_PY_GZ_B64": "" if settings.runtime_code_key else _proxy_payload(),
         **settings.extra_settings,
     }
     lines = ["#!/bin/bash", "# Rendered by genai_constructs.fleets._launch.render_serving_user_data: settings first."]

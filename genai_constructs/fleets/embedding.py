@@ -111,90 +111,15 @@ WORKER_CODE_FILES = ("batch_worker.py", "encoders.py")
 """The worker's code, shipped as a CDK asset (S3) rather than in the user data, which EC2 caps at 16 KB."""
 
 
-_USER_DATA_BODY = r"""set -euo pipefail
-mkdir -p /var/log/genai /etc/genai /opt/genai
-exec >>/var/log/genai/bootstrap.log 2>&1
-echo "bootstrap $(date -Is)"
-# Instance-store NVMe: a disposable cache (RAID 0 when there are several); the EBS root otherwise. This script
-# runs at every boot when a warm pool is on, so each step is safe to repeat: a stop wipes instance store (it is
-# formatted again), a reboot keeps it (already assembled and mounted: left alone). With a warm pool the model is
-# cached on the EBS root instead, since a Stopped warm-pool instance loses its instance store.
-cache=/opt/genai/cache
-mapfile -t disks < <(lsblk -dpno NAME,MODEL | awk '/Amazon EC2 NVMe Instance Storage/ {print $1}')
-if (( ${#disks[@]} > 0 )) && ! mountpoint -q "$INSTANCE_STORE_MOUNT"; then
-  dev=${disks[0]}
-  if (( ${#disks[@]} > 1 )); then
-    [[ -e /dev/md0 ]] || mdadm --create /dev/md0 --run --level=0 --raid-devices=${#disks[@]} "${disks[@]}"
-    dev=/dev/md0
-  fi
-  blkid "$dev" >/dev/null || mkfs.xfs -f "$dev"
-  mkdir -p "$INSTANCE_STORE_MOUNT"
-  mount -o noatime "$dev" "$INSTANCE_STORE_MOUNT"
-fi
-if mountpoint -q "$INSTANCE_STORE_MOUNT" && [[ "$MODEL_CACHE_ON_EBS" != 1 ]]; then
-  cache=$INSTANCE_STORE_MOUNT
-fi
-mkdir -p "$cache/model"
-agent=/opt/aws/amazon-cloudwatch-agent
-printf '%s' "$CW_AGENT_CONFIG" >"$agent/etc/genai-embedding.json"
-"$agent/bin/amazon-cloudwatch-agent-ctl" -a fetch-config -m ec2 -s -c "file:$agent/etc/genai-embedding.json"
-aws s3 sync "s3://$MODEL_BUCKET/$MODEL_PREFIX" "$cache/model" --only-show-errors --region "$AWS_REGION_NAME"
-mkdir -p /opt/genai/genai_constructs/runtime
-touch /opt/genai/genai_constructs/__init__.py /opt/genai/genai_constructs/runtime/__init__.py
-aws s3 cp "s3://$WORKER_CODE_BUCKET/$WORKER_CODE_KEY" /opt/genai/worker-code.zip --only-show-errors --region "$AWS_REGION_NAME"
-python3 -m zipfile -e /opt/genai/worker-code.zip /opt/genai/genai_constructs/runtime/
-{
-  printf 'GENAI_QUEUE_URL=%s\n' "$QUEUE_URL"
-  printf 'GENAI_OUTPUT_BUCKET=%s\n' "$OUTPUT_BUCKET"
-  printf 'GENAI_OUTPUT_PREFIX=%s\n' "$OUTPUT_PREFIX"
-  printf 'GENAI_BATCH_SIZE=%s\n' "$BATCH_SIZE"
-  printf 'GENAI_MAX_CONCURRENCY=%s\n' "$MAX_CONCURRENCY"
-  printf 'GENAI_CHUNK_TOKENS=%s\n' "$CHUNK_TOKENS"
-  printf 'GENAI_VISIBILITY_TIMEOUT_S=%s\n' "$VISIBILITY_TIMEOUT_S"
-  printf 'GENAI_METRICS_NAMESPACE=%s\n' "$METRIC_NAMESPACE"
-  printf 'GENAI_FLEET_NAME=%s\n' "$FLEET_NAME"
-  printf 'AWS_DEFAULT_REGION=%s\n' "$AWS_REGION_NAME"
-  printf 'HF_HUB_OFFLINE=1\nPYTHONPATH=/opt/genai\nPYTHONUNBUFFERED=1\n'
-} >/etc/genai/worker.env
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-(( gpus > 0 )) || gpus=1
-if [[ -n "$WORKER_COMMAND" ]]; then
-  printf '%s\n' "$WORKER_COMMAND" >/etc/genai/worker-command.sh
-  start="/bin/bash /etc/genai/worker-command.sh"
-  stop=""
-  pre=""
-else
-  registry=${WORKER_IMAGE%%/*}
-  aws ecr get-login-password --region "$AWS_REGION_NAME" | docker login --username AWS --password-stdin "$registry"
-  docker pull "$WORKER_IMAGE"
-  start="/usr/bin/docker run --rm --name genai-embed-%i --network host --gpus device=%i --env-file /etc/genai/worker.env -v /opt/genai:/opt/genai:ro -v $cache/model:/model:ro $WORKER_IMAGE python3 -m genai_constructs.runtime.batch_worker --encoder sentence-transformers:/model --device cuda"
-  stop="ExecStop=/usr/bin/docker stop -t $WORKER_STOP_TIMEOUT_S genai-embed-%i"
-  pre="ExecStartPre=-/usr/bin/docker rm -f genai-embed-%i"
-fi
-cat >/etc/systemd/system/genai-embed@.service <<UNIT
-[Unit]
-Description=genai-constructs embedding worker on GPU %i
-After=network-online.target docker.service
-[Service]
-EnvironmentFile=/etc/genai/worker.env
-Environment=CUDA_VISIBLE_DEVICES=%i
-Environment=GENAI_ENCODER=sentence-transformers:$cache/model
-$pre
-ExecStart=$start
-$stop
-KillSignal=SIGTERM
-TimeoutStopSec=$((WORKER_STOP_TIMEOUT_S + 10))
-Restart=on-failure
-RestartSec=10
-StandardOutput=append:/var/log/genai/worker.log
-StandardError=append:/var/log/genai/worker.log
-[Install]
-WantedBy=multi-user.target
-UNIT
-systemctl daemon-reload
-for ((i = 0; i < gpus; i++)); do systemctl enable --now "genai-embed@$i"; done
-echo "started $gpus worker(s) $(date -Is)"
-"""
+LIFECYCLE_HEARTBEAT_S = 900
+"""What the boot script takes as the launch hook's heartbeat timeout (it heartbeats every third of it): the encoder
+is small (a few GiB at most), so 15 minutes covers its download and verification several times over."""
+MANIFEST_NAME = "SHA256SUMS"
+"""The encoder's sha256 manifest at the top of the model prefix, in ``sha256sum`` format: the same format and rules
+as the inference fleet's (every file listed, every listed file matching)."""
+_USER_DATA_BODY = _launch._template("embed_worker.sh")
+"""The boot script below the settings: the shared ``runtime/userdata/common.sh`` (manifest check, instance metadata,
+launch hook), then ``runtime/userdata/embed_worker.sh``."""
 
 
 class EmbeddingBatchFleet(Construct):
@@ -403,6 +328,10 @@ class EmbeddingBatchFleet(Construct):
             self, "WorkerCode", path=str(worker_code_directory()),
             exclude=["*", *(f"!{name}" for name in WORKER_CODE_FILES)])
         network.allow_bucket_name(self.worker_code.s3_bucket_name)
+        # A warm-pool instance completes the launch hook itself once the encoder and image are on its EBS root
+        # (Auto Scaling would otherwise stop it mid-download); without a warm pool there is no hook to complete.
+        self.lifecycle_hook_name = _launch.LAUNCH_HOOK_NAME if warm_pool else ""
+        self.auto_scaling_group_physical_name = _launch.auto_scaling_group_name(self, "AutoScalingGroup")
         self.instance_policy = self._instance_policy(repository)
         self.role = iam.Role(
             self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -442,6 +371,7 @@ class EmbeddingBatchFleet(Construct):
         ) if plan.spot else None
         self.auto_scaling_group = autoscaling.AutoScalingGroup(
             self, "AutoScalingGroup", vpc=network.vpc, vpc_subnets=network.subnet_selection,
+            auto_scaling_group_name=self.auto_scaling_group_physical_name,
             launch_template=None if mixed else self.launch_template, mixed_instances_policy=mixed,
             capacity_rebalance=True if mixed else None,
             min_capacity=0, max_capacity=self.max_instances, default_instance_warmup=WORKER_START,
@@ -458,6 +388,9 @@ class EmbeddingBatchFleet(Construct):
                    for pack in ("NIST.800.53.R5", "HIPAA.Security")},
             })
         if warm_pool:
+            # The hook holds a warm-pool launch until the encoder is verified on the EBS root; the script heartbeats
+            # every third of LIFECYCLE_HEARTBEAT_S while it works.
+            _launch.add_launch_hook(self.auto_scaling_group, heartbeat_s=LIFECYCLE_HEARTBEAT_S)
             self.auto_scaling_group.add_warm_pool(pool_state=autoscaling.PoolState.STOPPED, min_size=0)
 
         # ---- 4. Scaling ----------------------------------------------------------------------------------------
@@ -501,6 +434,10 @@ class EmbeddingBatchFleet(Construct):
                 statements.append(iam.PolicyStatement(
                     sid=f"Use{name}BucketKey", resources=[key.key_arn],
                     actions=["kms:Decrypt"] + (["kms:GenerateDataKey"] if name == "Output" else [])))
+        hook_findings: dict[str, str] = {}
+        if self.lifecycle_hook_name:
+            hook_statement, hook_findings = _launch.launch_hook_statement([self.auto_scaling_group_physical_name])
+            statements.append(hook_statement)
         policy = _launch.instance_policy(
             self, statements=statements, log_group_arn=self.log_group.log_group_arn, metric_namespace=METRIC_NAMESPACE,
             image_repository=repository, image_sid="PullWorkerImage",
@@ -514,7 +451,7 @@ class EmbeddingBatchFleet(Construct):
             resource = (f"<{self._logical_id(bucket)}.Arn>" if isinstance(bucket, s3.Bucket) and bucket.node.scope is self
                         else f"arn:<AWS::Partition>:s3:::{bucket.bucket_name}")
             acknowledgments[f"AwsSolutions-IAM5[Resource::{resource}/{prefix}*]"] = f"Objects under an exact prefix: {why}"
-        _launch.acknowledge(policy, acknowledgments)
+        _launch.acknowledge(policy, {**acknowledgments, **hook_findings})
         return policy
 
     def _logical_id(self, bucket: s3.IBucket) -> str:
@@ -528,6 +465,7 @@ class EmbeddingBatchFleet(Construct):
             "OUTPUT_PREFIX": self.output_prefix,
             "MODEL_BUCKET": self.input_bucket.bucket_name,
             "MODEL_PREFIX": self.model_prefix,
+            "MANIFEST_NAME": MANIFEST_NAME,
             "BATCH_SIZE": str(self.plan.batch_size),
             "MAX_CONCURRENCY": str(self.plan.max_concurrency_per_worker),
             "CHUNK_TOKENS": str(self.plan.traffic.sequence_tokens),
@@ -543,8 +481,11 @@ class EmbeddingBatchFleet(Construct):
             "CW_AGENT_CONFIG": json.dumps(agent_config, sort_keys=True, separators=(",", ":")),
             "WORKER_CODE_BUCKET": self.worker_code.s3_bucket_name,
             "WORKER_CODE_KEY": self.worker_code.s3_object_key,
+            "LIFECYCLE_HOOK_NAME": self.lifecycle_hook_name,
+            "AUTO_SCALING_GROUP_NAME": self.auto_scaling_group_physical_name,
+            "LIFECYCLE_HEARTBEAT_S": str(LIFECYCLE_HEARTBEAT_S),
         }
-        lines = ["#!/bin/bash", "# Rendered by genai_constructs.fleets.embedding: settings, then a static body."]
+        lines = ["#!/bin/bash", "# Rendered by genai_constructs.fleets.embedding: settings, then the static body."]
         for name, value in settings.items():
             if name == "CW_AGENT_CONFIG":
                 lines.append("# shellcheck disable=SC2016")

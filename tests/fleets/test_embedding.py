@@ -449,3 +449,111 @@ def test_without_a_warm_pool_the_model_may_use_instance_store(spot: Built) -> No
     assert "readonly MODEL_CACHE_ON_EBS=0" in spot.fleet.user_data_script
     lt = _one(spot.template, "AWS::EC2::LaunchTemplate")
     assert "[scripts-user, always]" not in json.dumps(lt["LaunchTemplateData"]["UserData"])
+
+
+def test_rendered_user_data_fits_the_16_kib_limit_with_room_for_tokens(spot: Built, on_demand: Built) -> None:
+    for built in (spot, on_demand):
+        assert len(built.fleet.user_data_script.encode()) < E.USER_DATA_LIMIT_BYTES - 2048
+
+
+# ---- user data, run for real (stub aws/docker/systemctl, a fake IMDS): the encoder's manifest and the launch hook --
+
+def _run_embedding_script(built: Built, tmp_path: Any, *, state: str, tamper: bool = False) -> dict[str, Any]:
+    """Run the fleet's rendered boot script under a scratch root; returns its exit status, log and recorded calls."""
+    import hashlib
+    import os
+    import subprocess
+    import zipfile
+
+    from tests.fleets.test_launch import STUB_AWS, STUB_DOCKER, STUB_RECORDER, FakeImds, _executable
+
+    root, bin_dir, s3 = tmp_path / "root", tmp_path / "bin", tmp_path / "s3"
+    stubs = {"aws": STUB_AWS, "docker": STUB_DOCKER, "systemctl": STUB_RECORDER,
+             "lsblk": "#!/bin/bash\nexit 0\n",  # no instance store: never touch this machine's disks
+             "nvidia-smi": "#!/bin/bash\necho 'GPU 0: NVIDIA A10G'\necho 'GPU 1: NVIDIA A10G'\n",
+             **{name: "#!/bin/bash\nexit 99\n" for name in ("mdadm", "mkfs.xfs", "mount", "blkid")}}
+    bin_dir.mkdir()
+    for name, text in stubs.items():
+        _executable(bin_dir / name, text)
+    agent = root / "opt" / "aws" / "amazon-cloudwatch-agent"
+    (agent / "etc").mkdir(parents=True)
+    (agent / "bin").mkdir()
+    _executable(agent / "bin" / "amazon-cloudwatch-agent-ctl", "#!/bin/bash\nexit 0\n")
+    (root / "etc" / "systemd" / "system").mkdir(parents=True)
+    encoder = s3 / "models" / built.fleet.model_prefix
+    encoder.mkdir(parents=True)
+    (encoder / "model.safetensors").write_bytes(b"encoder" * 100)
+    (encoder / "config.json").write_text('{"hidden_size": 1024}')
+    (encoder / "SHA256SUMS").write_text("".join(
+        f"{hashlib.sha256(path.read_bytes()).hexdigest()}  ./{path.name}\n"
+        for path in sorted(encoder.iterdir()) if path.name != "SHA256SUMS"))
+    if tamper:
+        (encoder / "model.safetensors").write_bytes(b"tampered")
+    (s3 / "code").mkdir()
+    with zipfile.ZipFile(s3 / "code" / "worker.zip", "w") as archive:
+        archive.writestr("batch_worker.py", "")
+    # The settings CloudFormation fills in at deploy time, here pointing at the scratch world.
+    script = re.sub(r"\$\{Token\[[^\]]+\]\}", "resolved-at-deploy", built.fleet.user_data_script)
+    for name, value in (("MODEL_BUCKET", "models"), ("WORKER_CODE_BUCKET", "code"), ("WORKER_CODE_KEY", "worker.zip"),
+                        ("INSTANCE_STORE_MOUNT", str(tmp_path / "instance-store"))):
+        script = re.sub(rf"(?m)^readonly {name}=.*$", f"readonly {name}={value}", script)
+    path = tmp_path / "user-data.sh"
+    path.write_text(script)
+    imds = FakeImds(state)
+    try:
+        env = {key: value for key, value in os.environ.items() if "proxy" not in key.lower()}
+        env.update({"PATH": f"{bin_dir}:{os.environ['PATH']}", "GENAI_FS_ROOT": str(root), "IMDS_ENDPOINT": imds.url,
+                    "FAKE_S3": str(s3), "AWS_LOG": str(tmp_path / "aws.log"),
+                    "DOCKER_LOG": str(tmp_path / "docker.log"), "CALLS_LOG": str(tmp_path / "calls.log")})
+        result = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env, timeout=30)
+    finally:
+        imds.close()
+
+    def lines(name: str) -> list[str]:
+        return (tmp_path / name).read_text().splitlines() if (tmp_path / name).exists() else []
+
+    return {"status": result.returncode, "log": (root / "var" / "log" / "genai" / "bootstrap.log").read_text(),
+            "aws": lines("aws.log"), "docker": lines("docker.log"), "systemctl": lines("calls.log"),
+            "stamp": root / "opt" / "genai" / "cache" / "model" / ".verified-encoder",
+            "unit": root / "etc" / "systemd" / "system" / "genai-embed@.service"}
+
+
+def test_workers_start_once_the_encoder_passes_its_manifest(spot: Built, tmp_path: Any) -> None:
+    run = _run_embedding_script(spot, tmp_path, state="InService")
+    assert run["status"] == 0, run["log"]
+    assert run["stamp"].exists()
+    assert "systemctl enable --now genai-embed@0" in run["systemctl"]
+    assert "systemctl enable --now genai-embed@1" in run["systemctl"]
+    assert f"ConditionPathExists={run['stamp']}" in run["unit"].read_text()
+    assert any(line.startswith("docker pull ") for line in run["docker"])
+    assert not any(" autoscaling " in line for line in run["aws"])  # no warm pool, no hook
+
+
+def test_workers_refuse_an_encoder_that_fails_its_manifest(spot: Built, tmp_path: Any) -> None:
+    run = _run_embedding_script(spot, tmp_path, state="InService", tamper=True)
+    assert run["status"] == 1
+    assert "sha256 mismatch against SHA256SUMS for the encoder under s3://models/models/bge-large-en-v1.5/; " \
+        "refusing to start" in run["log"]
+    assert not run["stamp"].exists()
+    assert not any(" enable " in line for line in run["systemctl"])
+
+
+def test_warm_pool_launch_caches_the_encoder_and_continues_without_starting_workers(
+        on_demand: Built, tmp_path: Any) -> None:
+    run = _run_embedding_script(on_demand, tmp_path, state="Warmed:Stopped")
+    assert run["status"] == 0, run["log"]
+    assert run["stamp"].exists() and run["unit"].exists()
+    assert not any(" enable " in line for line in run["systemctl"])
+    (complete,) = [line for line in run["aws"] if " complete-lifecycle-action " in line]
+    assert complete.endswith(
+        f"--lifecycle-hook-name genai-instance-ready --auto-scaling-group-name "
+        f"{on_demand.fleet.auto_scaling_group_physical_name} --instance-id i-0123456789abcdef0 "
+        "--lifecycle-action-result CONTINUE")
+
+
+def test_warm_pool_launch_abandons_an_encoder_that_fails_its_manifest(on_demand: Built, tmp_path: Any) -> None:
+    run = _run_embedding_script(on_demand, tmp_path, state="Warmed:Stopped", tamper=True)
+    assert run["status"] == 1
+    assert "sha256 mismatch" in run["log"] and "ABANDON" in run["log"]
+    (complete,) = [line for line in run["aws"] if " complete-lifecycle-action " in line]
+    assert complete.endswith("--lifecycle-action-result ABANDON")

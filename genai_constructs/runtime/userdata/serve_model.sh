@@ -1,63 +1,76 @@
 # Body of the inference instance's user data. genai_constructs.fleets._launch.render_serving_user_data() puts
-# "#!/bin/bash" and a block of readonly, shell-quoted settings above this line; nothing inside this body is
-# substituted, so a value can never become code.
+# "#!/bin/bash", a block of readonly, shell-quoted settings and common.sh (logging, the manifest check, instance
+# metadata, the launch lifecycle hook) above this line; nothing inside this body is substituted, so a value can
+# never become code.
 #
 # Run by cloud-init at every boot (no argument, i.e. setup; the fleet sends "scripts-user, always"): installs
-# itself as /opt/genai/bootstrap.sh, writes the systemd units, the health sidecar and the CloudWatch agent config,
-# and starts everything; every step is idempotent. The units call it back with a subcommand. A warm-pool instance
-# needs both: Auto Scaling may stop it before its first boot finished, and the next start must finish the job.
+# itself as /opt/genai/bootstrap.sh, writes the systemd units and the CloudWatch agent config, and starts
+# genai-lifecycle.service; every step is idempotent. The units call it back with a subcommand:
 #
-#   fetch    download the model version from S3 unless it is already cached and verified on the EBS root,
-#            verify every file against the sha256 manifest (refuse to start on any mismatch), pull the image
-#   serve    run the model server container in the foreground (systemd restarts it)
-#   sidecar  run the health sidecar in the foreground
-set -euo pipefail
+#   lifecycle  one oneshot unit per boot, so cloud-init is not held for the download: read the target lifecycle
+#              state; fetch; on a warm-pool launch (Warmed:*) stop there, the instance is about to be stopped and
+#              its EBS root keeps the weights and the image; in service (a launch straight into the group, or a
+#              warm-pool instance resuming) start the server, the sidecar and the proxy and wait for the sidecar's
+#              200; then complete the launch hook with CONTINUE, or ABANDON on a fatal error. Heartbeats meanwhile.
+#   fetch      download the model version from S3 unless it is already cached and verified on the EBS root,
+#              verify every file against the sha256 manifest (refuse to start on any mismatch), pull the image,
+#              install the health sidecar and the request proxy
+#   serve      run the model server container in the foreground (systemd restarts it)
+#   sidecar    run the health sidecar in the foreground
+#   proxy      run the request proxy in the foreground: the load balancer's target, in front of the server
 
-readonly GENAI_HOME=/opt/genai
-readonly LOG_DIR=/var/log/genai
+readonly GENAI_HOME="${FS_ROOT}/opt/genai" LOG_DIR="${FS_ROOT}/var/log/genai"
 readonly MODEL_DIR="${MODELS_ROOT}/${MODEL_VERSION}"
 readonly VERIFIED_STAMP="${MODEL_DIR}/.verified-${MODEL_VERSION}"
 
-log() {
-  printf '%s genai-bootstrap: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2
-}
-
-die() {
-  log "FATAL: $*"
-  exit 1
-}
-
-verify_manifest() {
-  # Every file under the model directory must be listed, and every listed file must match its sha256.
-  local dir=$1 listed unlisted
-  [[ -f "${dir}/${MANIFEST_NAME}" ]] || die "manifest ${MANIFEST_NAME} is missing under s3://${MODEL_BUCKET}/${MODEL_PREFIX}; refusing to start"
-  (cd "${dir}" && sha256sum --check --strict --quiet "${MANIFEST_NAME}") \
-    || die "sha256 mismatch against ${MANIFEST_NAME} for model version ${MODEL_VERSION}; refusing to start"
-  listed=$(sed -E 's/^[0-9a-f]{64} [ *]//' "${dir}/${MANIFEST_NAME}" | sed 's|^\./||' | sort)
-  unlisted=$(cd "${dir}" && find . -type f ! -name "${MANIFEST_NAME}" ! -name '.verified-*' | sed 's|^\./||' | sort \
-    | comm -23 - <(printf '%s\n' "${listed}"))
-  [[ -z "${unlisted}" ]] || die "files not in ${MANIFEST_NAME}: ${unlisted//$'\n'/, }; refusing to start"
+# The health sidecar and the request proxy: from the S3 object RUNTIME_CODE_KEY (a zip) when there is one, else from
+# the payloads in the settings (gzipped, base64). The request proxy is too large for EC2's 16 KB user data.
+install_runtime() {
+  mkdir -p "${GENAI_HOME}"
+  if [[ -n "${RUNTIME_CODE_KEY}" ]]; then
+    aws s3 cp --only-show-errors --region "${AWS_REGION_NAME}" "s3://${RUNTIME_CODE_BUCKET}/${RUNTIME_CODE_KEY}" \
+      "${GENAI_HOME}/runtime.zip"
+    python3 -m zipfile -e "${GENAI_HOME}/runtime.zip" "${GENAI_HOME}/"
+  else
+    base64 --decode <<< "${SIDECAR_PY_GZ_B64}" | gunzip > "${GENAI_HOME}/health_sidecar.py"
+    base64 --decode <<< "${PROXY_PY_GZ_B64}" | gunzip > "${GENAI_HOME}/request_proxy.py"
+  fi
 }
 
 fetch() {
-  if [[ -f "${VERIFIED_STAMP}" ]]; then
-    log "model version ${MODEL_VERSION} already cached and verified in ${MODEL_DIR}"
-  else
-    log "downloading s3://${MODEL_BUCKET}/${MODEL_PREFIX} to ${MODEL_DIR}"
-    mkdir -p "${MODEL_DIR}"
-    aws s3 sync --only-show-errors --region "${AWS_REGION_NAME}" "s3://${MODEL_BUCKET}/${MODEL_PREFIX}" "${MODEL_DIR}"
-    verify_manifest "${MODEL_DIR}"
-    touch "${VERIFIED_STAMP}"
-    log "model version ${MODEL_VERSION} verified"
-  fi
+  sync_verified "${MODEL_DIR}" "${VERIFIED_STAMP}" "model version ${MODEL_VERSION}"
   # Older versions would fill the root volume: keep only the one this launch template serves.
   find "${MODELS_ROOT}" -mindepth 1 -maxdepth 1 -type d ! -name "${MODEL_VERSION}" -exec rm -rf {} +
-  if ! docker image inspect "${IMAGE_URI}" > /dev/null 2>&1; then
-    log "pulling ${IMAGE_URI}"
-    aws ecr get-login-password --region "${AWS_REGION_NAME}" \
-      | docker login --username AWS --password-stdin "${IMAGE_URI%%/*}"
-    docker pull --quiet "${IMAGE_URI}"
+  pull_image "${IMAGE_URI}"
+  install_runtime
+}
+
+# Poll the sidecar until it answers 200, for at most LIFECYCLE_HEARTBEAT_S (the hook's heartbeat timeout, sized to
+# the model's load time); each poll is bounded above the sidecar's worst case (probe and progress scrape).
+wait_healthy() {
+  local url="http://127.0.0.1:${HEALTH_PORT}${HEALTH_PATH}" end=$((SECONDS + LIFECYCLE_HEARTBEAT_S)) pause limit
+  read -r pause limit < <(awk -v s="${LIFECYCLE_HEARTBEAT_S}" -v t="${HEALTH_PROBE_TIMEOUT_S}" \
+    'BEGIN { p = s / 30; print (p < 5 ? p : 5), 2 * t + 1 }')
+  until [[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time "${limit}" "${url}")" == 200 ]]; do
+    (( SECONDS < end )) || die "the health sidecar did not answer 200 on ${url} within ${LIFECYCLE_HEARTBEAT_S} s"
+    sleep "${pause}"
+  done
+  log "the model server answers: ${url} returned 200"
+}
+
+# Both fleets keep their warm pools Stopped: an instance put in service boots again, so this step runs again then,
+# with target state InService.
+lifecycle() {
+  lifecycle_begin
+  # A child process, so that the fetch's own "die" ends only the fetch, and FETCH_TIMEOUT_S bounds it.
+  timeout "${FETCH_TIMEOUT_S}" "${BASH}" "$0" fetch || die "fetch failed or ran past ${FETCH_TIMEOUT_S} s"
+  if [[ "${TARGET_STATE}" == Warmed:* ]]; then
+    log "warm-pool launch: weights and image are on the EBS root; the server starts when this instance is put in service"
+  else
+    systemctl start --no-block genai-model-server.service genai-health-sidecar.service genai-request-proxy.service
+    wait_healthy
   fi
+  lifecycle_complete CONTINUE
 }
 
 serve() {
@@ -72,11 +85,21 @@ serve() {
     accelerators=(--gpus all)
   fi
   docker rm --force model-server > /dev/null 2>&1 || true
-  exec docker run --rm --name model-server --ipc host --network host \
+  # Bridge networking, the server's port published on loopback only: in its own network namespace the container is
+  # one hop from the instance, so the IMDSv2 token response (hop limit 1) never reaches it, and neither do the
+  # instance role's credentials (EC2 user guide, "Configure the Instance Metadata Service options": hop limit and
+  # containers). Only the request proxy, on the host, reaches it. The server binds every address of its own
+  # namespace. --ipc host shares the host's IPC namespace for NCCL's shared memory, not its network.
+  # VLLM_HTTP_TIMEOUT_KEEP_ALIVE: vLLM's HTTP keep-alive (5 s by default, read in vllm/envs.py), set like the
+  # proxy's own to KEEP_ALIVE_S, above the load balancer's idle timeout: the proxy's pooled upstream connections stay
+  # open instead of being closed under it every 5 s.
+  exec docker run --rm --name model-server --ipc host \
+    --publish "127.0.0.1:${UPSTREAM_PORT}:${SERVER_PORT}" \
     "${accelerators[@]}" \
     --volume "${MODEL_DIR}:${CONTAINER_MODEL_DIR}:ro" \
     --env "TENSOR_PARALLEL_SIZE=${TENSOR_PARALLEL_SIZE}" \
     --env "MAX_NUM_SEQS=${MAX_NUM_SEQS}" \
+    --env "VLLM_HTTP_TIMEOUT_KEEP_ALIVE=${KEEP_ALIVE_S}" \
     "${SERVER_ENV[@]}" \
     --entrypoint "${SERVER_ENTRYPOINT}" \
     "${IMAGE_URI}" "${SERVER_ARGS[@]}"
@@ -84,85 +107,75 @@ serve() {
 
 sidecar() {
   exec python3 "${GENAI_HOME}/health_sidecar.py" \
-    --upstream "http://127.0.0.1:${SERVER_PORT}" --model "${SERVED_MODEL_NAME}" \
+    --upstream "http://127.0.0.1:${UPSTREAM_PORT}" --model "${SERVED_MODEL_NAME}" \
     --port "${HEALTH_PORT}" --path "${HEALTH_PATH}" --timeout-s "${HEALTH_PROBE_TIMEOUT_S}" \
     --emf-address 127.0.0.1:25888 --namespace "${METRIC_NAMESPACE}" --fleet "${FLEET_NAME}" \
     --log-group "${LOG_GROUP_NAME}"
 }
 
+proxy() {
+  local instance_id zone
+  instance_id=$(imds instance-id) || die "no instance ID from IMDS"
+  zone=$(imds placement/availability-zone) || die "no availability zone from IMDS"
+  exec python3 "${GENAI_HOME}/request_proxy.py" --listen "0.0.0.0:${SERVER_PORT}" \
+    --upstream "127.0.0.1:${UPSTREAM_PORT}" --max-concurrency "${MAX_NUM_SEQS}" --keep-alive-s "${KEEP_ALIVE_S}" \
+    --drain-s "${DRAIN_S}" --emf-address tcp:127.0.0.1:25888 --namespace "${METRIC_NAMESPACE}" \
+    --fleet "${FLEET_NAME}" --model-version "${MODEL_VERSION}" --log-group "${LOG_GROUP_NAME}" \
+    --instance-id "${instance_id}" --availability-zone "${zone}" --metrics-interval-s 10
+}
+
+# A unit: $1 its name (genai-$1.service), $2 its log file's name under LOG_DIR (the CloudWatch agent config collects
+# those files by name), $3 its description, $4 the subcommand, then extra lines for [Service] and after.
 write_unit() {
-  local name=$1
-  cat > "/etc/systemd/system/${name}.service"
+  local name=$1 logfile="${LOG_DIR}/$2.log" description=$3 subcommand=$4
+  shift 4
+  {
+    printf '[Unit]\nDescription=%s\nWants=network-online.target docker.service\n' "${description}"
+    printf 'After=network-online.target docker.service\n[Service]\nExecStart=%s/bootstrap.sh %s\n' \
+      "${GENAI_HOME}" "${subcommand}"
+    printf 'StandardOutput=append:%s\nStandardError=append:%s\n' "${logfile}" "${logfile}"
+    printf '%s\n' "$@"
+  } > "${FS_ROOT}/etc/systemd/system/genai-${name}.service"
 }
 
 setup() {
   mkdir -p "${GENAI_HOME}" "${LOG_DIR}" "${MODELS_ROOT}"
-  install -m 0755 "$0" "${GENAI_HOME}/bootstrap.sh"
-  base64 --decode <<< "${SIDECAR_PY_GZ_B64}" | gunzip > "${GENAI_HOME}/health_sidecar.py"
+  # Replaced by a rename, never rewritten in place: the lifecycle unit may be running the previous copy.
+  install -m 0755 "$0" "${GENAI_HOME}/bootstrap.sh.new"
+  mv -f "${GENAI_HOME}/bootstrap.sh.new" "${GENAI_HOME}/bootstrap.sh"
 
-  write_unit genai-model-fetch <<UNIT
-[Unit]
-Description=Download and verify model version ${MODEL_VERSION}, pull the server image
-Wants=network-online.target docker.service
-After=network-online.target docker.service
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-TimeoutStartSec=${FETCH_TIMEOUT_S}
-ExecStart=${GENAI_HOME}/bootstrap.sh fetch
-StandardOutput=append:${LOG_DIR}/bootstrap.log
-StandardError=append:${LOG_DIR}/bootstrap.log
-[Install]
-WantedBy=multi-user.target
-UNIT
+  # The lifecycle step is the only unit enabled: at each boot it decides whether the others start (never on a
+  # warm-pool launch). Its time limit is a backstop above the fetch's and the wait's own bounds.
+  write_unit lifecycle bootstrap "Launch step: fetch model version ${MODEL_VERSION}, start serving, complete the launch hook" \
+    lifecycle Type=oneshot RemainAfterExit=yes "TimeoutStartSec=$((FETCH_TIMEOUT_S + LIFECYCLE_HEARTBEAT_S + 300))" \
+    '[Install]' WantedBy=multi-user.target
+  write_unit model-server model-server "OpenAI-compatible model server (${SERVED_MODEL_NAME} ${MODEL_VERSION})" serve \
+    Restart=always RestartSec=10
+  write_unit health-sidecar health-sidecar "Health sidecar: one-token probe of the model server for the load balancer" sidecar \
+    Restart=always RestartSec=2
+  # The proxy drains in-flight requests for DRAIN_S after SIGTERM: systemd waits a little longer before SIGKILL.
+  write_unit request-proxy request-proxy "Request proxy: the load balancer's target, in front of the model server" proxy \
+    Restart=always RestartSec=2 KillSignal=SIGTERM "TimeoutStopSec=$((DRAIN_S + 30))"
 
-  write_unit genai-model-server <<UNIT
-[Unit]
-Description=OpenAI-compatible model server (${SERVED_MODEL_NAME} ${MODEL_VERSION})
-Requires=genai-model-fetch.service docker.service
-After=genai-model-fetch.service docker.service
-[Service]
-ExecStart=${GENAI_HOME}/bootstrap.sh serve
-Restart=always
-RestartSec=10
-StandardOutput=append:${LOG_DIR}/model-server.log
-StandardError=append:${LOG_DIR}/model-server.log
-[Install]
-WantedBy=multi-user.target
-UNIT
-
-  write_unit genai-health-sidecar <<UNIT
-[Unit]
-Description=Health sidecar: one-token probe of the model server for the load balancer
-After=network-online.target
-[Service]
-ExecStart=${GENAI_HOME}/bootstrap.sh sidecar
-Restart=always
-RestartSec=2
-StandardOutput=append:${LOG_DIR}/health-sidecar.log
-StandardError=append:${LOG_DIR}/health-sidecar.log
-[Install]
-WantedBy=multi-user.target
-UNIT
-
-  local agent_config=/opt/aws/amazon-cloudwatch-agent/etc/genai-agent.json
-  if [[ -x /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl ]]; then
-    printf '%s\n' "${CW_AGENT_CONFIG}" > "${agent_config}"
-    /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s \
-      -c "file:${agent_config}"
+  local agent="${FS_ROOT}/opt/aws/amazon-cloudwatch-agent"
+  if [[ -x "${agent}/bin/amazon-cloudwatch-agent-ctl" ]]; then
+    printf '%s\n' "${CW_AGENT_CONFIG}" > "${agent}/etc/genai-agent.json"
+    "${agent}/bin/amazon-cloudwatch-agent-ctl" -a fetch-config -m ec2 -s -c "file:${agent}/etc/genai-agent.json"
   else
     log "WARNING: the CloudWatch agent is not installed in this AMI; GPU, memory and disk metrics will be missing"
   fi
 
   systemctl daemon-reload
-  systemctl enable genai-model-fetch.service genai-model-server.service genai-health-sidecar.service
-  systemctl start --no-block genai-health-sidecar.service genai-model-server.service
+  systemctl enable genai-lifecycle.service
+  systemctl start --no-block genai-lifecycle.service
 }
 
 case "${1:-setup}" in
   setup) setup ;;
+  lifecycle) lifecycle ;;
   fetch) fetch ;;
   serve) serve ;;
   sidecar) sidecar ;;
-  *) die "unknown subcommand $1 (setup, fetch, serve, sidecar)" ;;
+  proxy) proxy ;;
+  *) die "unknown subcommand $1 (setup, lifecycle, fetch, serve, sidecar, proxy)" ;;
 esac
