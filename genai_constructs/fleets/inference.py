@@ -12,12 +12,12 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from aws_cdk import (
     Annotations,
     Aws,
     Duration,
-    Fn,
     Names,
     RemovalPolicy,
     Stack,
@@ -32,6 +32,7 @@ from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_wafv2 as wafv2
 from aws_cdk import custom_resources as cr
@@ -49,6 +50,7 @@ from genai_constructs.monitoring.alarms import P99_LATENCY_FACTOR
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.planner import estimate, load_catalog, plan_inference
 from genai_constructs.planner.plans import InferencePlan
+from genai_constructs.planner.startup import StartupEstimate, time_to_serving
 from genai_constructs.workload import ModelArtifact, ModelShape, RealtimeTraffic
 
 _NAME = "GpuInferenceFleet"
@@ -58,6 +60,10 @@ DEFAULT_SERVER_PORT = 8000
 """vLLM's OpenAI-compatible server listens on 8000 by default."""
 DEFAULT_HEALTH_PORT = 8081
 """The health sidecar's port (genai_constructs.runtime.health_sidecar.DEFAULT_PORT)."""
+DEFAULT_UPSTREAM_PORT = 18000
+"""The model server's port on the instance's loopback only (the container's server_port published on 127.0.0.1):
+the request proxy listens on server_port and forwards here. Far from the usual 8000-8100 so that a custom
+server_port does not collide with it."""
 DEFAULT_HEALTH_PATH = "/healthz"
 """The sidecar's path: 200 only when a one-token completion answered within the probe timeout."""
 HEALTH_PROBE_TIMEOUT = Duration.seconds(5)
@@ -69,10 +75,17 @@ HEALTH_CHECK_INTERVAL = Duration.seconds(15)
 HEALTHY_THRESHOLD = 2
 UNHEALTHY_THRESHOLD = 3
 """Three failed checks: one slow probe under a burst does not take an instance out."""
-SERVER_START_BASE = Duration.minutes(5)
-"""Boot, image pull and server start-up (CUDA graph capture, engine warm-up) before weights count."""
-WEIGHT_LOAD_GIB_PER_S = 0.25
-"""Pessimistic S3-to-EBS-to-GPU rate for a cold start: 'aws s3 sync' plus a read at the root volume's throughput."""
+HEALTH_CHECK_GRACE_AFTER_HOOK = Duration.seconds(120)
+"""The grace period starts only once the launch hook completes (EC2 Auto Scaling user guide, "Set the health check
+grace period"), and the boot script completes it only after the health sidecar answers 200; what is left is the load
+balancer's first healthy checks (HEALTHY_THRESHOLD x HEALTH_CHECK_INTERVAL = 30 s), with room to spare."""
+INSTANCE_WARMUP = Duration.seconds(120)
+"""An instance joins the group already serving (the launch hook waits for it); two one-minute datapoints later its
+RequestsInFlight samples are representative, so scaling counts it from then on."""
+LAUNCH_HOOK_MARGIN = 1.5
+"""The launch hook's heartbeat timeout is the modelled cold start (planner.startup) times 1.5: the boot script sends
+heartbeats while it works, so the timeout only matters when the script has died; then the instance is abandoned
+and replaced after at most one and a half cold starts."""
 ROOT_VOLUME_THROUGHPUT_MIBPS = 1000
 """gp3 defaults to 125 MiB/s, which makes a 131 GiB model take 18 minutes to read from a warm-pool instance's root;
 1000 MiB/s reads it in about 2.5. Costs about USD 35 per volume-month above the baseline."""
@@ -82,6 +95,11 @@ DEREGISTRATION_DELAY = Duration.seconds(300)
 """A draining instance keeps its streams for 5 minutes: a few thousand tokens at 20-50 ms each finish inside it."""
 IDLE_TIMEOUT = Duration.seconds(300)
 """A non-streaming completion sends nothing until its last token; the ALB's 60 s default would cut long ones."""
+SERVER_KEEP_ALIVE = Duration.seconds(360)
+"""The instance's HTTP keep-alive (the request proxy's, and vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE behind it) must
+exceed the load balancer's idle timeout, or the ALB reuses a connection the target has just closed and answers 502
+(Elastic Load Balancing user guide, "Connection idle timeout": configure the application's idle timeout to be larger
+than the load balancer's). IDLE_TIMEOUT + 60 s."""
 SCALE_OUT_ROOM = 1
 """When the plan's peak fits in min_instances (max == min), the group still gets one instance of room: the latency
 policy can answer traffic above the plan, and CloudFormation rejects target tracking on a group with max == min."""
@@ -91,10 +109,8 @@ minutes rather than a full cold start, for the price of one stopped root volume.
 SCALE_OUT_EVALUATION_MINUTES = 3
 SCALE_OUT_DATAPOINTS = 2
 """Latency-driven scale-out after two bad minutes out of three: fast, but not on a single slow minute."""
-SCALE_IN_EVALUATION_MINUTES = 15
-"""Scale in only after 15 quiet minutes: removing a GPU instance is cheap to regret slowly, costly to regret fast."""
-SCALE_IN_LOAD_FRACTION = 0.5
-"""Scale in when requests per target fall under half the tracking target: a band, so in and out never fight."""
+LATENCY_STEP_FACTOR = 2.0
+"""p95 TTFT or TPOT above its target adds one instance; above twice the target, two."""
 INSTANCE_REFRESH_MIN_HEALTHY_PERCENT = 100
 """Never drop below the serving capacity while replacing instances (a refresh, or a wedged instance found by the
 health check): launch the replacement first. Also the group's instance maintenance policy."""
@@ -136,10 +152,20 @@ DEFAULT_SERVER_ARGS: tuple[str, ...] = (
     "--served-model-name", "{served_model_name}",
     "--tensor-parallel-size", "{tensor_parallel_size}",
     "--max-num-seqs", "{max_num_seqs}",
+    "--max-model-len", "{max_model_len}",
+    "--gpu-memory-utilization", "{gpu_memory_utilization}",
+    "--kv-cache-dtype", "{kv_cache_dtype}",
     "--port", "{port}",
 )
-"""vLLM with the plan's tensor-parallel degree and per-instance concurrency cap (--max-num-seqs). Only flags that
-every vLLM release since 0.4 accepts: an unknown flag stops the server from starting."""
+"""vLLM with the plan's server settings (``plan.server``): tensor-parallel degree, the per-instance cap on sequences
+(--max-num-seqs), the longest request the traffic allows (--max-model-len: without it vLLM takes the model's own
+maximum, whose KV cache for one sequence may not fit, and refuses to start) and the fraction of device memory the
+estimator assumed (--gpu-memory-utilization), and a one-byte KV cache where the plan assumed one
+(--kv-cache-dtype fp8 for fp8 models, else auto). Only flags every vLLM release since 0.4 accepts: an unknown flag stops
+the server from starting."""
+SERVER_ARG_PLACEHOLDERS = ("model_dir", "served_model_name", "tensor_parallel_size", "max_num_seqs", "max_model_len",
+                           "gpu_memory_utilization", "kv_cache_dtype", "port")
+"""What ``server_args`` may name in braces; the user data fills each from the plan (fleets/_launch.py)."""
 BLUE, GREEN = "Blue", "Green"
 _SDK_PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 """Construct id of CDK's singleton AwsCustomResource provider function (aws-cdk-lib custom-resources)."""
@@ -169,8 +195,8 @@ class GpuInferenceFleet(Construct):
         (``DEFAULT_IMAGE_ACCOUNT``/``DEFAULT_IMAGE_REPOSITORY``); Neuron plans must name one.
     :param image_tag: Default: ``DEFAULT_IMAGE_TAG`` for the default repository; required with ``image_repository``.
     :param server_entrypoint: Default: ``DEFAULT_SERVER_ENTRYPOINT``.
-    :param server_args: arguments after the image. Default: ``DEFAULT_SERVER_ARGS``. ``{model_dir}``,
-        ``{tensor_parallel_size}``, ``{max_num_seqs}``, ``{port}``, ``{served_model_name}`` are filled in.
+    :param server_args: arguments after the image. Default: ``DEFAULT_SERVER_ARGS``. The placeholders in
+        ``SERVER_ARG_PLACEHOLDERS`` (``{max_model_len}``, ``{max_num_seqs}``, ...) are filled in from the plan.
     :param server_port: Default: ``DEFAULT_SERVER_PORT``.
     :param server_environment: environment variables for the model server container (values may be tokens), e.g.
         a retrieval tier's ``PrivateDataPath.dns_entries(...)`` for ``ZonalClient.from_dns_entries``. Default: none.
@@ -184,8 +210,8 @@ class GpuInferenceFleet(Construct):
     :param latency_is_the_product: place the fleet in a cluster placement group (one AZ). Default: False.
     :param green_model_artifact: a second model version served by a second (green) target group.
     :param green_traffic_percent: share of requests for the green target group, 0-100. Default: 0.
-    :param health_check_grace_period: Default: sized to the model's load time (SERVER_START_BASE + weights at
-        WEIGHT_LOAD_GIB_PER_S).
+    :param health_check_grace_period: Default: ``HEALTH_CHECK_GRACE_AFTER_HOOK`` (the launch hook holds the
+        instance until it serves, and the grace period starts after the hook).
     :param machine_image: pin an AMI. Default: the DLAMI from its public SSM parameter (see fleets/_launch.py).
     :param allow_from_vpc: admit the whole VPC CIDR to the listener. Default: True; else use ``connections``.
     :param notifications_topic: existing SNS topic for alarms and lifecycle notifications. Default: a new,
@@ -284,6 +310,16 @@ class GpuInferenceFleet(Construct):
         artifacts = [model_artifact] + ([green_model_artifact] if green_model_artifact else [])
         for artifact in artifacts:
             network.allow_bucket_name(artifact.bucket_name)
+        # The health sidecar and the request proxy travel as a CDK asset: the proxy alone is larger than EC2's 16 KB
+        # user data. The instances fetch the zip through the S3 gateway endpoint.
+        self.runtime_code = s3_assets.Asset(
+            self, "RuntimeCode", path=str(_launch.RUNTIME_DIR),
+            exclude=["*", *(f"!{name}" for name in _launch.SERVING_RUNTIME_FILES)])
+        network.allow_bucket_name(self.runtime_code.s3_bucket_name)
+        # Physical names fixed at synthesis: the boot script completes the launch hook of its own group by name.
+        self._group_names = {
+            slot: _launch.auto_scaling_group_name(self, f"AutoScalingGroup{'' if slot == BLUE else slot}")
+            for slot in ([BLUE, GREEN] if green_model_artifact else [BLUE])}
         self.instance_policy = self._instance_policy(artifacts, repository)
         self.role = iam.Role(
             self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -327,16 +363,19 @@ class GpuInferenceFleet(Construct):
             self.connections.allow_default_port_from(ec2.Peer.ipv4(network.vpc_cidr), "Clients inside the VPC")
 
         # ---- One slot (blue) or two (blue, green): ASG + launch template + target group each -----------------
-        grace = health_check_grace_period or Duration.seconds(
-            int(SERVER_START_BASE.to_seconds() + math.ceil(plan.weights_gib / WEIGHT_LOAD_GIB_PER_S)))
+        grace = health_check_grace_period or HEALTH_CHECK_GRACE_AFTER_HOOK
         self.health_check_grace_period = grace
+        self.time_to_serving: dict[str, StartupEstimate] = {"cold": time_to_serving(plan.weights_gib, "cold")}
+        """The modelled seconds from launch (``cold``) and, with a warm pool, from resume (``warm``) to serving."""
+        if warm_pool:
+            self.time_to_serving["warm"] = time_to_serving(plan.weights_gib, "warm")
+        self.launch_hook_heartbeat_s = math.ceil(self.time_to_serving["cold"].total_s * LAUNCH_HOOK_MARGIN)
         placement_group = (
             ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
             if latency_is_the_product else None)
         self.placement_group = placement_group
         subnets = (ec2.SubnetSelection(subnets=network.subnets[:1]) if latency_is_the_product
                    else network.subnet_selection)
-        self.request_target_per_minute = _requests_per_target_per_minute(plan)
 
         self.slots: list[_Slot] = []
         versions: list[tuple[str, ModelArtifact]] = [(BLUE, model_artifact)]
@@ -377,24 +416,31 @@ class GpuInferenceFleet(Construct):
                     "HTTP is intended, or allow_plain_http=False to make a missing certificate an error")
             self.listener = self.load_balancer.add_listener(
                 "Listener", port=80, protocol=elbv2.ApplicationProtocol.HTTP, default_action=action, open=False)
-        for slot in self.slots:  # after the listener: RequestCountPerTarget needs the target group bound to it
-            self._scaling(slot, plan, traffic)
-
-        # ---- Observability -----------------------------------------------------------------------------------
+        # ---- Measurement, scaling, alarms ---------------------------------------------------------------------
         self.metrics = InferenceFleetMetricFactory(
             load_balancer=self.load_balancer, target_groups=[s.target_group for s in self.slots],
             auto_scaling_group_names=[s.auto_scaling_group.auto_scaling_group_name for s in self.slots],
             namespace=METRIC_NAMESPACE, fleet=self.fleet_name)
+        self.in_flight_target = float(plan.concurrency_per_instance)
+        """Target tracking holds requests in flight or waiting per instance here: the plan's per-instance
+        concurrency, which already keeps the traffic's headroom free below the server's cap (--max-num-seqs)."""
+        for slot in self.slots:
+            self._scaling(slot, traffic)
         self.latency_target = Duration.millis(traffic.p95_ttft_ms)
         self.alarms = InferenceFleetAlarmFactory(self, metrics=self.metrics, topic=self.topic).create(
             InferenceAlarmThresholds(
-                p99_latency=Duration.millis(traffic.p95_ttft_ms * P99_LATENCY_FACTOR),
+                p99_time_to_first_token=Duration.millis(traffic.p95_ttft_ms * P99_LATENCY_FACTOR),
+                p99_time_per_output_token=Duration.millis(traffic.tpot_target_ms * P99_LATENCY_FACTOR),
                 gpu_memory_used_percent=None if plan.is_neuron else InferenceAlarmThresholds.gpu_memory_used_percent,
+                gpu_underused_percent=None if plan.is_neuron else InferenceAlarmThresholds.gpu_underused_percent,
+                min_instances=self.min_instances if not Token.is_unresolved(self.min_instances) else 2,
             ))
         self.dashboard = cw.Dashboard(self, "Dashboard", widgets=inference_fleet_segment(
             self.metrics, title=f"{_NAME} {self.node.path}: {model.name} on {plan.instance_type}",
-            latency_target_s=traffic.p95_ttft_ms / 1000, alarms=list(self.alarms.values()),
+            ttft_target_ms=traffic.p95_ttft_ms, tpot_target_ms=traffic.tpot_target_ms,
+            in_flight_target=self.in_flight_target, alarms=list(self.alarms.values()),
             usd_per_instance_hour=plan.usd_per_hour))
+        self.queries = self._saved_queries()
 
     # ---- Building blocks --------------------------------------------------------------------------------------
 
@@ -413,14 +459,20 @@ class GpuInferenceFleet(Construct):
                 statements.append(iam.PolicyStatement(
                     sid=f"DecryptModelArtifact{index}", actions=["kms:Decrypt"], resources=[artifact.kms_key_arn],
                     conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}}))
+        hook_statement, hook_findings = _launch.launch_hook_statement(list(self._group_names.values()))
+        statements.append(hook_statement)
+        statements.append(iam.PolicyStatement(
+            sid="ReadRuntimeCode", actions=["s3:GetObject"],
+            resources=[self.runtime_code.bucket.arn_for_objects(self.runtime_code.s3_object_key)]))
         policy = _launch.instance_policy(
             self, statements=statements, log_group_arn=self.log_group.log_group_arn, metric_namespace=METRIC_NAMESPACE,
             image_repository=repository, image_sid="PullServerImage",
-            description=f"{_NAME} instances: the model, logs, metrics, image pull, SSM")
+            description=f"{_NAME} instances: the model, logs, metrics, image pull, launch hook, SSM")
         _launch.acknowledge(policy, {
-            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{artifact.bucket_name}/{artifact.prefix}*]":
-                "Every object under the model version's prefix: the weights' file names vary by model"
-            for artifact in artifacts})
+            **{f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{artifact.bucket_name}/{artifact.prefix}*]":
+               "Every object under the model version's prefix: the weights' file names vary by model"
+               for artifact in artifacts},
+            **hook_findings})
         return policy
 
     def _slot(self, name: str, artifact: ModelArtifact, *, plan: InferencePlan, accelerator: _launch.AcceleratorKind,
@@ -434,18 +486,25 @@ class GpuInferenceFleet(Construct):
             namespace=METRIC_NAMESPACE, log_group_name=self.log_group.log_group_name, fleet=fleet,
             log_files={"/var/log/genai/model-server.log": "model-server",
                        "/var/log/genai/bootstrap.log": "bootstrap",
-                       "/var/log/genai/health-sidecar.log": "health-sidecar"},
+                       "/var/log/genai/health-sidecar.log": "health-sidecar",
+                       "/var/log/genai/request-proxy.log": "request-proxy"},
             accelerator=accelerator)
         script = _launch.render_serving_user_data(_launch.ServingUserData(
             model_bucket=artifact.bucket_name, model_prefix=artifact.prefix, model_version=artifact.version,
             manifest_name=artifact.manifest_name, image_uri=self.image_uri, server_entrypoint=server_entrypoint,
             server_args=server_args, served_model_name=model.name, server_port=server_port,
-            tensor_parallel_size=plan.devices_per_replica, max_num_seqs=plan.concurrency_per_instance,
+            tensor_parallel_size=plan.server.tensor_parallel_size, max_num_seqs=plan.server.max_num_seqs,
             health_port=DEFAULT_HEALTH_PORT, health_path=health_check_path,
             health_probe_timeout_s=HEALTH_PROBE_TIMEOUT.to_seconds(), accelerator=accelerator,
             region=Aws.REGION, metric_namespace=METRIC_NAMESPACE, fleet_name=fleet,
             log_group_name=self.log_group.log_group_name, cloudwatch_agent_config=agent_config,
-            fetch_timeout_s=int(FETCH_TIMEOUT.to_seconds()), server_environment=self.server_environment))
+            fetch_timeout_s=int(FETCH_TIMEOUT.to_seconds()), server_environment=self.server_environment,
+            upstream_port=DEFAULT_UPSTREAM_PORT, keep_alive_s=int(SERVER_KEEP_ALIVE.to_seconds()),
+            drain_s=int(DEREGISTRATION_DELAY.to_seconds()), max_model_len=plan.server.max_model_len,
+            gpu_memory_utilization=plan.server.gpu_memory_utilization, kv_cache_dtype=plan.server.kv_cache_dtype,
+            lifecycle_hook_name=_launch.LAUNCH_HOOK_NAME, auto_scaling_group_name=self._group_names[name],
+            lifecycle_heartbeat_s=self.launch_hook_heartbeat_s,
+            runtime_code_bucket=self.runtime_code.s3_bucket_name, runtime_code_key=self.runtime_code.s3_object_key))
         launch_template = _launch.build_gpu_launch_template(
             self, f"LaunchTemplate{suffix}", instance_type=plan.instance_type, accelerator=accelerator,
             role=self.role, security_group=self.security_group,
@@ -456,10 +515,11 @@ class GpuInferenceFleet(Construct):
 
         group = autoscaling.AutoScalingGroup(
             self, f"AutoScalingGroup{suffix}", vpc=self.network.vpc, vpc_subnets=subnets,
+            auto_scaling_group_name=self._group_names[name],
             launch_template=launch_template, min_capacity=self.min_instances, max_capacity=self.max_instances,
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=grace),
-            default_instance_warmup=grace,
+            default_instance_warmup=INSTANCE_WARMUP,
             min_healthy_percentage=INSTANCE_REFRESH_MIN_HEALTHY_PERCENT,
             max_healthy_percentage=INSTANCE_REFRESH_MAX_HEALTHY_PERCENT,
             group_metrics=[autoscaling.GroupMetrics.all()],
@@ -467,6 +527,9 @@ class GpuInferenceFleet(Construct):
             termination_policies=[autoscaling.TerminationPolicy.OLDEST_LAUNCH_TEMPLATE,
                                   autoscaling.TerminationPolicy.DEFAULT],
         )
+        # Every launch waits for the instance to say it is ready: warm-pool launches once weights and image are on
+        # the EBS root, in-service launches (and resumes) once the server answers.
+        _launch.add_launch_hook(group, heartbeat_s=self.launch_hook_heartbeat_s)
         if warm_pool:
             group.add_warm_pool(pool_state=autoscaling.PoolState.STOPPED, reuse_on_scale_in=True,
                                 min_size=WARM_POOL_MIN_SIZE)
@@ -511,36 +574,85 @@ class GpuInferenceFleet(Construct):
         if policy is not None:
             self.load_balancer.node.add_dependency(policy)
 
-    def _scaling(self, slot: _Slot, plan: InferencePlan, traffic: RealtimeTraffic) -> None:
-        group, target_group = slot.auto_scaling_group, slot.target_group
-        target = self.request_target_per_minute
-        # 1. In-flight load per instance, measured at the load balancer: scale out (never in) to hold the target.
-        # The resource label is built from the listener's ARN, as CDK's scale_on_request_count does: the Ref orders
-        # the policy after the listener (which binds the target group to the load balancer) without a DependsOn.
-        listener_parts = Fn.split("/", self.listener.listener_arn)
-        autoscaling.TargetTrackingScalingPolicy(
-            group, "ScalingPolicyRequestsPerTarget", auto_scaling_group=group, target_value=target,
-            predefined_metric=autoscaling.PredefinedMetric.ALB_REQUEST_COUNT_PER_TARGET, disable_scale_in=True,
-            resource_label=Fn.join("/", [Fn.select(1, listener_parts), Fn.select(2, listener_parts),
-                                         Fn.select(3, listener_parts), target_group.target_group_full_name]))
-        # 2. p95 TargetResponseTime against the latency target: step out when users feel it.
-        latency_s = traffic.p95_ttft_ms / 1000
-        group.scale_on_metric(
-            "LatencyScaleOut",
-            metric=target_group.metrics.target_response_time(statistic="p95", period=Duration.minutes(1)),
-            scaling_steps=[autoscaling.ScalingInterval(upper=latency_s, change=0),
-                           autoscaling.ScalingInterval(lower=latency_s, upper=2 * latency_s, change=1),
-                           autoscaling.ScalingInterval(lower=2 * latency_s, change=2)],
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            evaluation_periods=SCALE_OUT_EVALUATION_MINUTES, datapoints_to_alarm=SCALE_OUT_DATAPOINTS)
-        # 3. Scale in slowly, and only well below the load target.
-        group.scale_on_metric(
-            "ScaleIn",
-            metric=target_group.metrics.request_count_per_target(statistic="Sum", period=Duration.minutes(1)),
-            scaling_steps=[autoscaling.ScalingInterval(upper=target * SCALE_IN_LOAD_FRACTION, change=-1),
-                           autoscaling.ScalingInterval(lower=target * SCALE_IN_LOAD_FRACTION, change=0)],
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            evaluation_periods=SCALE_IN_EVALUATION_MINUTES, datapoints_to_alarm=SCALE_IN_EVALUATION_MINUTES)
+    def _scaling(self, slot: _Slot, traffic: RealtimeTraffic) -> None:
+        """Scale on what users feel, measured per request on the instances, never on GPU utilization.
+
+        1. Target tracking on requests in flight or waiting per instance (the server's own gauges, published by the
+           request proxy every 10 s, zero included), aimed at ``in_flight_target``. It scales in too: an idle fleet
+           publishes 0, so it returns to its minimum (target tracking scales in only on data, never on its absence:
+           EC2 Auto Scaling user guide, "Target tracking scaling policies"). Metric math (running + waiting) keeps
+           the demand visible when the server's batch is full (EC2 Auto Scaling user guide, "Create a target
+           tracking scaling policy using metric math").
+        2. Step scale-out on p95 ``TimeToFirstToken`` and p95 ``TimePerOutputToken`` against the traffic's targets:
+           one instance above the target, two above ``LATENCY_STEP_FACTOR`` times it. Missing data (no requests) is
+           not breaching, on purpose: no traffic is no reason to add GPUs.
+        """
+        group = slot.auto_scaling_group
+        version = slot.artifact.version
+        dimensions = [autoscaling.CfnScalingPolicy.MetricDimensionProperty(name="Fleet", value=self.fleet_name),
+                      autoscaling.CfnScalingPolicy.MetricDimensionProperty(name="ModelVersion", value=version)]
+
+        def gauge(id: str, name: str) -> autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty:
+            return autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+                id=id, return_data=False, metric_stat=autoscaling.CfnScalingPolicy.TargetTrackingMetricStatProperty(
+                    stat="Average", metric=autoscaling.CfnScalingPolicy.MetricProperty(
+                        namespace=METRIC_NAMESPACE, metric_name=name, dimensions=dimensions)))
+
+        autoscaling.CfnScalingPolicy(
+            group, "ScalingPolicyInFlightPerInstance", auto_scaling_group_name=group.auto_scaling_group_name,
+            policy_type="TargetTrackingScaling",
+            target_tracking_configuration=autoscaling.CfnScalingPolicy.TargetTrackingConfigurationProperty(
+                target_value=self.in_flight_target, disable_scale_in=False,
+                customized_metric_specification=autoscaling.CfnScalingPolicy.CustomizedMetricSpecificationProperty(
+                    metrics=[
+                        gauge("running", "RequestsInFlight"),
+                        gauge("waiting", "RequestsWaiting"),
+                        autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+                            id="demand", expression="running + waiting", return_data=True,
+                            label="Requests in flight or waiting per instance"),
+                    ])))
+        for id, metric, target_ms in (
+            ("TimeToFirstTokenScaleOut",
+             self.metrics.metric_time_to_first_token("p95", model_version=version), traffic.p95_ttft_ms),
+            ("TimePerOutputTokenScaleOut",
+             self.metrics.metric_time_per_output_token("p95", model_version=version), traffic.tpot_target_ms),
+        ):
+            policy = group.scale_on_metric(
+                id, metric=metric,
+                scaling_steps=[autoscaling.ScalingInterval(upper=target_ms, change=0),
+                               autoscaling.ScalingInterval(lower=target_ms, upper=LATENCY_STEP_FACTOR * target_ms,
+                                                           change=1),
+                               autoscaling.ScalingInterval(lower=LATENCY_STEP_FACTOR * target_ms, change=2)],
+                adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+                evaluation_periods=SCALE_OUT_EVALUATION_MINUTES, datapoints_to_alarm=SCALE_OUT_DATAPOINTS)
+            alarm = policy.upper_alarm
+            if alarm is not None:
+                cast(cw.CfnAlarm, alarm.node.default_child).treat_missing_data = "notBreaching"
+
+    def _saved_queries(self) -> dict[str, logs.CfnQueryDefinition]:
+        """Two CloudWatch Logs Insights queries over the per-request lines, saved with the stack.
+
+        The request proxy's embedded-metric-format records are the log lines: each carries the fields below at top
+        level (CloudWatch user guide, "Embedded metric format specification"), so Logs Insights reads them as fields.
+        """
+        log_group_names = [self.log_group.log_group_name]
+        prefix = f"{_NAME}/{self.node.path}"
+        by_version = logs.CfnQueryDefinition(
+            self, "QueryLatencyByModelVersion", name=f"{prefix}/p95 TTFT and TPOT by model version",
+            log_group_names=log_group_names, query_string=(
+                "filter ispresent(request_id)\n"
+                "| stats pct(ttft_ms, 95) as p95_ttft_ms, pct(tpot_ms, 95) as p95_tpot_ms, count(*) as requests, "
+                "sum(status != 'ok') as not_ok by model_version, bin(5m) as window\n"
+                "| sort window desc, model_version"))
+        slowest = logs.CfnQueryDefinition(
+            self, "QuerySlowestRequests", name=f"{prefix}/slowest requests with their breakdown",
+            log_group_names=log_group_names, query_string=(
+                "filter ispresent(request_id)\n"
+                "| fields @timestamp, request_id, model_version, instance_id, availability_zone, status, e2e_ms, "
+                "queue_ms, ttft_ms, tpot_ms, prompt_tokens, completion_tokens, retrieval_ms, preprocess_ms\n"
+                "| sort e2e_ms desc\n"
+                "| limit 50"))
+        return {"latency_by_model_version": by_version, "slowest_requests": slowest}
 
     def _group_arn(self, group: autoscaling.AutoScalingGroup) -> str:
         return (f"arn:{Aws.PARTITION}:autoscaling:{Aws.REGION}:{Aws.ACCOUNT_ID}:autoScalingGroup:*:"
@@ -692,16 +804,6 @@ def _acknowledge_sdk_provider(provider: IConstruct) -> None:
     _launch.acknowledge(provider, reasons)
 
 
-def _requests_per_target_per_minute(plan: InferencePlan) -> int:
-    """The planned in-flight requests per instance as a request rate (Little's law: rate = in-flight / duration).
-
-    A request lasts TTFT plus one TPOT per output token at the planned concurrency; the plan's concurrency already
-    keeps the traffic's headroom free.
-    """
-    seconds = (plan.estimate.ttft_ms + plan.traffic.output_tokens * plan.estimate.tpot_ms) / 1000
-    return max(1, int(plan.concurrency_per_instance * 60 / max(seconds, 0.001)))
-
-
 def _validate(
     *, model: ModelShape, traffic: RealtimeTraffic, model_artifact: ModelArtifact, instance_type: str | None,
     min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
@@ -764,9 +866,11 @@ def _validate(
         problems.append(f"max_instances ({max_instances}) must be greater than min_instances ({min_instances}): the "
                         "fleet scales out on load and latency (CloudFormation rejects target tracking when max == "
                         "min); raise max_instances or lower min_instances")
-    if not 1 <= server_port <= 65535 or server_port in (DEFAULT_HEALTH_PORT, 22):
-        problems.append(f"server_port ({server_port}) must be 1-65535 and not {DEFAULT_HEALTH_PORT} (the health "
-                        "sidecar) or 22: use the server's own port, e.g. 8000")
+    if (isinstance(server_port, bool) or not isinstance(server_port, int) or not 1 <= server_port <= 65535
+            or server_port in (DEFAULT_HEALTH_PORT, DEFAULT_UPSTREAM_PORT, 22)):
+        problems.append(f"server_port ({server_port!r}) must be an integer 1-65535 and not {DEFAULT_HEALTH_PORT} (the "
+                        f"health sidecar), {DEFAULT_UPSTREAM_PORT} (the model server behind the request proxy) or 22: "
+                        "use the server's own port, e.g. 8000")
     if not health_check_path.startswith("/") or any(c.isspace() for c in health_check_path):
         problems.append(f"health_check_path ({health_check_path!r}) must start with '/' and hold no spaces: "
                         f"e.g. {DEFAULT_HEALTH_PATH!r}")
@@ -776,14 +880,18 @@ def _validate(
         problems.append(f"instance_type ({plan.instance_type!r}) is Neuron: the default vLLM image is for NVIDIA "
                         "GPUs; pass image_repository= and image_tag= of a Neuron vLLM image and a Neuron-compiled "
                         "model_artifact")
-    if server_args is not None:
+    if isinstance(server_args, str):
+        problems.append(f"server_args ({server_args!r}) is one string: pass a list of arguments, e.g. "
+                        f"{server_args.split()!r}")
+    elif server_args is not None:
+        placeholders = dict.fromkeys(SERVER_ARG_PLACEHOLDERS, "")
         for arg in server_args:
             try:
-                arg.format(model_dir="", tensor_parallel_size="", max_num_seqs="", port="", served_model_name="")
-            except (KeyError, IndexError, ValueError):
-                problems.append(f"server_args item {arg!r} has an unknown placeholder: allowed are {{model_dir}}, "
-                                "{tensor_parallel_size}, {max_num_seqs}, {port}, {served_model_name} "
-                                "(double braces for a literal brace)")
+                arg.format(**placeholders)
+            except (KeyError, IndexError, ValueError, AttributeError):
+                allowed = ", ".join(f"{{{name}}}" for name in SERVER_ARG_PLACEHOLDERS)
+                problems.append(f"server_args item {arg!r} is not a string with known placeholders: allowed are "
+                                f"{allowed} (double braces for a literal brace)")
     if not 0 <= green_traffic_percent <= 100:
         problems.append(f"green_traffic_percent ({green_traffic_percent}) must be between 0 and 100")
     if green_traffic_percent and green_model_artifact is None:

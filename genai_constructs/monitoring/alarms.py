@@ -13,8 +13,14 @@ from constructs import Construct
 from genai_constructs.monitoring.metrics import InferenceFleetMetricFactory
 
 P99_LATENCY_FACTOR = 2.0
-"""p99 alarms at twice the p95 latency target: p95 is what scaling holds; a p99 at twice that means the tail is
-escaping scaling (a slow instance, a queue building) rather than the ordinary spread of prompt lengths."""
+"""p99 alarms at twice the p95 TTFT and TPOT targets: p95 is what scaling holds; a p99 at twice that means the tail
+is escaping scaling (a slow instance, a queue building) rather than the ordinary spread of prompt lengths."""
+GPU_UNDERUSED_PERCENT = 15.0
+"""Over-provisioning: the fleet runs above its minimum while its GPUs average under 15 % busy. A decode-bound server
+at its planned batch keeps the GPU far busier; under 15 % for an hour the extra instances are paid for nothing."""
+OVERPROVISIONED_PERIOD = Duration.minutes(15)
+OVERPROVISIONED_EVALUATION_PERIODS = 4
+"""An hour (4 x 15 minutes) of low use: scale-in takes 15 minutes by design, so only a lasting surplus alarms."""
 HTTP_5XX_RATE_PERCENT = 1.0
 """One request in a hundred failing is past ordinary client aborts and worth a page."""
 GPU_MEMORY_USED_PERCENT = 97.0
@@ -29,11 +35,17 @@ DATAPOINTS_TO_ALARM = 3
 class InferenceAlarmThresholds:
     """Where the fleet's alarms trip. Default: each constant above."""
 
-    p99_latency: Duration
+    p99_time_to_first_token: Duration
+    p99_time_per_output_token: Duration | None = None
+    """None: no TPOT alarm."""
     http_5xx_rate_percent: float = HTTP_5XX_RATE_PERCENT
     unhealthy_hosts: int = 1
     gpu_memory_used_percent: float | None = GPU_MEMORY_USED_PERCENT
     """None: no GPU memory alarm (Neuron instances publish no ``nvidia_gpu`` metrics)."""
+    gpu_underused_percent: float | None = GPU_UNDERUSED_PERCENT
+    """None: no over-provisioning alarm (Neuron instances publish no ``nvidia_gpu`` metrics)."""
+    min_instances: int = 2
+    """The group's minimum: running above it with idle GPUs is what the over-provisioning alarm reports."""
 
 
 class InferenceFleetAlarmFactory:
@@ -45,22 +57,27 @@ class InferenceFleetAlarmFactory:
         self.action = cw_actions.SnsAction(topic)
 
     def _alarm(self, id: str, metric: cw.IMetric, threshold: float, description: str,
-               comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_THRESHOLD) -> cw.Alarm:
+               comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+               evaluation_periods: int = EVALUATION_PERIODS, datapoints_to_alarm: int = DATAPOINTS_TO_ALARM,
+               ) -> cw.Alarm:
+        # Missing data is not breaching: no requests means no latency and no errors to page about.
         alarm = cw.Alarm(
             self.scope, id, metric=metric, threshold=threshold, comparison_operator=comparison,
-            evaluation_periods=EVALUATION_PERIODS, datapoints_to_alarm=DATAPOINTS_TO_ALARM,
+            evaluation_periods=evaluation_periods, datapoints_to_alarm=datapoints_to_alarm,
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=description)
         alarm.add_alarm_action(self.action)
         alarm.add_ok_action(self.action)
         return alarm
 
     def create(self, thresholds: InferenceAlarmThresholds) -> dict[str, cw.Alarm]:
-        """Every alarm, keyed by a short name: p99 latency, 5XX rate, unhealthy hosts per target group, GPU memory."""
+        """Every alarm, keyed by a short name: p99 TTFT and TPOT, 5XX rate, unhealthy hosts per target group, GPU
+        memory, and over-provisioning."""
+        ttft_ms = thresholds.p99_time_to_first_token.to_milliseconds()
         alarms = {
-            "p99_latency": self._alarm(
-                "P99LatencyAlarm", self.metrics.metric_target_response_time("p99"),
-                thresholds.p99_latency.to_seconds(),
-                f"p99 TargetResponseTime above {thresholds.p99_latency.to_seconds():g} s"),
+            "p99_ttft": self._alarm(
+                "P99TimeToFirstTokenAlarm", self.metrics.metric_time_to_first_token("p99"), ttft_ms,
+                f"p99 time to first token above {ttft_ms:g} ms (twice the p95 target): the tail is escaping "
+                "scaling; see the slowest-requests query"),
             "http_5xx_rate": self._alarm(
                 "Http5xxRateAlarm", self.metrics.metric_http_5xx_rate(), thresholds.http_5xx_rate_percent,
                 f"More than {thresholds.http_5xx_rate_percent:g} % of requests answered 5XX"),
@@ -75,4 +92,26 @@ class InferenceFleetAlarmFactory:
             alarms["gpu_memory"] = self._alarm(
                 "GpuMemoryAlarm", self.metrics.metric_gpu_memory_used_percent(), thresholds.gpu_memory_used_percent,
                 f"A GPU is more than {thresholds.gpu_memory_used_percent:g} % full")
+        if thresholds.p99_time_per_output_token is not None:
+            tpot_ms = thresholds.p99_time_per_output_token.to_milliseconds()
+            alarms["p99_tpot"] = self._alarm(
+                "P99TimePerOutputTokenAlarm", self.metrics.metric_time_per_output_token("p99"), tpot_ms,
+                f"p99 time per output token above {tpot_ms:g} ms (twice the p95 target): batches are too large "
+                "or an instance is slow")
+        if thresholds.gpu_underused_percent is not None:
+            gpu = self.metrics.metric_gpu_utilization().with_(period=OVERPROVISIONED_PERIOD)
+            instances = self.metrics.metric_in_service_instances(OVERPROVISIONED_PERIOD)
+            alarms["overprovisioned"] = self._alarm(
+                "OverprovisionedAlarm",
+                cw.MathExpression(
+                    expression=(f"IF(instances > {thresholds.min_instances} AND gpu < "
+                                f"{thresholds.gpu_underused_percent:g}, 1, 0)"),
+                    using_metrics={"gpu": gpu, "instances": instances}, period=OVERPROVISIONED_PERIOD,
+                    label="Above the minimum with idle GPUs (1 = yes)"),
+                0,
+                f"The fleet runs above its minimum ({thresholds.min_instances}) with GPUs under "
+                f"{thresholds.gpu_underused_percent:g} % busy for an hour: capacity is paid for and unused "
+                "(check the scale-in policy, or lower max_instances)",
+                evaluation_periods=OVERPROVISIONED_EVALUATION_PERIODS,
+                datapoints_to_alarm=OVERPROVISIONED_EVALUATION_PERIODS)
         return alarms

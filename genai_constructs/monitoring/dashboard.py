@@ -23,34 +23,51 @@ def inference_fleet_segment(
     metrics: InferenceFleetMetricFactory,
     *,
     title: str,
-    latency_target_s: float,
+    ttft_target_ms: float,
+    tpot_target_ms: float,
+    in_flight_target: float | None = None,
     alarms: Sequence[cw.Alarm] = (),
     usd_per_instance_hour: float | None = None,
 ) -> list[list[cw.IWidget]]:
-    """Rows of widgets: what users feel (latency, errors), capacity (hosts, in-flight), validation (GPU, host)."""
-    target = cw.HorizontalAnnotation(value=latency_target_s, label="p95 latency target")
+    """Rows of widgets: what users feel (TTFT, TPOT, errors), capacity (in flight, waiting, KV cache, hosts),
+    validation (GPU, host, the load balancer's own timing)."""
+    in_flight_annotations = ([cw.HorizontalAnnotation(value=in_flight_target, label="scaling target")]
+                             if in_flight_target is not None else [])
     rows: list[list[cw.IWidget]] = [
-        [cw.TextWidget(markdown=f"## {title}\nLatency is ALB `TargetResponseTime` (time to first byte: TTFT when "
-                       "streaming). GPU utilization is shown for validation only; it never drives scaling.",
-                       width=24, height=2)],
+        [cw.TextWidget(markdown=f"## {title}\nTTFT and TPOT are measured per request on each instance (the request "
+                       "proxy); scaling tracks requests in flight per instance and steps out on p95 TTFT and TPOT. "
+                       "GPU utilization and ALB `TargetResponseTime` (time to response headers, not TTFT) are shown "
+                       "for validation only; neither drives scaling.", width=24, height=2)],
         [
-            _graph("Latency p50 / p95 / p99 (s)",
-                   [metrics.metric_target_response_time(p) for p in ("p50", "p95", "p99")], annotations=[target]),
+            _graph("Time to first token p50 / p95 / p99 (ms)",
+                   [metrics.metric_time_to_first_token(p).with_(label=f"TTFT {p} (ms)") for p in ("p50", "p95", "p99")],
+                   annotations=[cw.HorizontalAnnotation(value=ttft_target_ms, label="p95 TTFT target")]),
+            _graph("Time per output token p50 / p95 / p99 (ms)",
+                   [metrics.metric_time_per_output_token(p).with_(label=f"TPOT {p} (ms)")
+                    for p in ("p50", "p95", "p99")],
+                   annotations=[cw.HorizontalAnnotation(value=tpot_target_ms, label="p95 TPOT target")]),
             _graph("5XX rate (%) and requests", [metrics.metric_http_5xx_rate()],
                    right=[metrics.metric_request_count()]),
+        ],
+        [
+            _graph("Requests in flight and waiting per instance",
+                   [metrics.metric_requests_in_flight().with_(label="In flight per instance"),
+                    metrics.metric_requests_waiting().with_(label="Waiting per instance")],
+                   annotations=in_flight_annotations),
+            _graph("KV cache used (%)", [metrics.metric_kv_cache_usage().with_(label="KV cache used, fullest instance (%)")]),
             _graph("Healthy / unhealthy hosts",
                    [m for tg in metrics.target_groups
                     for m in (metrics.metric_healthy_host_count(tg), metrics.metric_unhealthy_host_count(tg))]),
         ],
         [
-            _graph("In-flight requests and requests per target",
-                   [metrics.metric_in_flight_requests()],
-                   right=[metrics.metric_request_count_per_target(tg) for tg in metrics.target_groups]),
             _graph("GPU utilization and memory (%)",
                    [metrics.metric_gpu_utilization(), metrics.metric_gpu_memory_used_percent()]),
             _graph("CPU, host memory, root disk (%)",
                    [metrics.metric_cpu_utilization(), metrics.metric_memory_used_percent(),
                     metrics.metric_disk_used_percent()]),
+            _graph("ALB TargetResponseTime p95 (s): to response headers, not TTFT",
+                   [metrics.metric_target_response_time("p95")],
+                   right=[metrics.metric_request_count_per_target(tg) for tg in metrics.target_groups]),
         ],
         [
             _graph("Network (bytes)", [metrics.metric_network_in_bytes(), metrics.metric_network_out_bytes()]),

@@ -2,8 +2,17 @@
 
 Load balancer metrics come from ``AWS/ApplicationELB``; instance metrics from ``AWS/EC2`` (detailed monitoring,
 aggregated per Auto Scaling group) and ``AWS/AutoScaling`` (group metrics); GPU, memory and disk from the
-CloudWatch agent, and generated tokens and in-flight requests from the health sidecar, both under the fleet's own
-namespace with a ``Fleet`` dimension (see ``genai_constructs.fleets._launch.cloudwatch_agent_config``).
+CloudWatch agent and generated tokens from the health sidecar, under the fleet's own namespace with a ``Fleet``
+dimension (see ``genai_constructs.fleets._launch.cloudwatch_agent_config``); and what users feel, measured per request
+by the request proxy on each instance (``genai_constructs.runtime.request_proxy``) as CloudWatch embedded metric
+format, so CloudWatch computes the percentiles itself from every request's value.
+
+The proxy's names are public API (dashboards and alarms outside this library read them): in ``METRIC_NAMESPACE`` of
+the fleet, with dimension sets ``[Fleet]`` and ``[Fleet, ModelVersion]``:
+
+* ``TimeToFirstToken`` and ``TimePerOutputToken`` (milliseconds, one value per request);
+* ``RequestsInFlight`` and ``RequestsWaiting`` (per instance, sampled every 10 s from the server's own gauges, and
+  published at zero traffic too, so an idle fleet reports 0 rather than nothing), ``KvCacheUsage`` (percent).
 """
 
 from __future__ import annotations
@@ -49,7 +58,14 @@ class InferenceFleetMetricFactory:
     # ---- Load balancer ------------------------------------------------------------------------------------------
 
     def metric_target_response_time(self, statistic: str = "p95", **options: object) -> cw.Metric:
-        """``TargetResponseTime`` at ``statistic`` (seconds): time to the first response byte (TTFT if streaming)."""
+        """ALB ``TargetResponseTime`` at ``statistic`` (seconds), for the dashboard only.
+
+        It is the time until the target starts sending response headers (the access log's
+        ``target_processing_time``; Elastic Load Balancing user guide, "CloudWatch metrics for your Application Load
+        Balancer"): a streaming server sends its headers before the first token, and a non-streaming one after the
+        last, so it is neither the time to first token nor the completion time. Never a scaling signal.
+        """
+        options.setdefault("label", f"TargetResponseTime {statistic} (to response headers, not TTFT)")
         return self.load_balancer.metrics.target_response_time(
             statistic=statistic, period=DEFAULT_PERIOD, **options)  # type: ignore[arg-type]
 
@@ -105,9 +121,42 @@ class InferenceFleetMetricFactory:
     def metric_disk_used_percent(self) -> cw.Metric:
         return self._agent("disk_used_percent", "Maximum", "Root disk used (%)")
 
+    # ---- What users feel: the request proxy's per-request and per-instance metrics -----------------------------
+
+    def _proxy(self, name: str, statistic: str, model_version: str | None) -> cw.Metric:
+        """One of the proxy's metrics, unlabelled: an alarm on a labelled metric renders as a metric-math query, and
+        a plain ``MetricName`` is easier for people and tools (the fleet simulator) to read; graphs add labels."""
+        dimensions = {"Fleet": self.fleet}
+        if model_version is not None:
+            dimensions["ModelVersion"] = model_version
+        return cw.Metric(namespace=self.namespace, metric_name=name, dimensions_map=dimensions, statistic=statistic,
+                         period=DEFAULT_PERIOD)
+
+    def metric_time_to_first_token(self, statistic: str = "p95", *, model_version: str | None = None) -> cw.Metric:
+        """``TimeToFirstToken`` (ms) at ``statistic``: request read to the first token event, streaming requests."""
+        return self._proxy("TimeToFirstToken", statistic, model_version)
+
+    def metric_time_per_output_token(self, statistic: str = "p95", *, model_version: str | None = None
+                                     ) -> cw.Metric:
+        """``TimePerOutputToken`` (ms) at ``statistic``: first to last token over the tokens after the first."""
+        return self._proxy("TimePerOutputToken", statistic, model_version)
+
+    def metric_requests_in_flight(self, statistic: str = "Average", *, model_version: str | None = None
+                                  ) -> cw.Metric:
+        """``RequestsInFlight``: sequences in the server's running batch, per instance (the server's gauge)."""
+        return self._proxy("RequestsInFlight", statistic, model_version)
+
+    def metric_requests_waiting(self, statistic: str = "Average", *, model_version: str | None = None) -> cw.Metric:
+        """``RequestsWaiting``: requests queued (the server's queue plus the proxy's admission queue), per instance."""
+        return self._proxy("RequestsWaiting", statistic, model_version)
+
+    def metric_kv_cache_usage(self, statistic: str = "Maximum", *, model_version: str | None = None) -> cw.Metric:
+        """``KvCacheUsage`` (%): the fullest instance's KV cache; near 100 % the server preempts and recomputes."""
+        return self._proxy("KvCacheUsage", statistic, model_version)
+
     def metric_in_flight_requests(self) -> cw.Metric:
-        """Requests running or queued in the model servers (from the health sidecar), summed over the fleet."""
-        return self._agent("InFlightRequests", "Sum", "In-flight requests")
+        """Requests in flight per instance, averaged over the fleet (``RequestsInFlight``)."""
+        return self.metric_requests_in_flight()
 
     def metric_generated_tokens(self, period: Duration = COST_PERIOD) -> cw.Metric:
         """Output tokens the model servers generated (the servers' own counter, via the sidecar)."""

@@ -133,12 +133,12 @@ def test_70b_chat_lands_on_a_p_family_instance_with_several_gpus_and_is_clean_in
 def test_neuron_fleet_uses_the_neuron_dlami_its_own_image_and_no_gpu_alarm(neuron8b: Synth) -> None:
     assert neuron8b.violations == []
     defaults = [p.get("Default") for p in neuron8b.raw["Parameters"].values()]
-    assert "/aws/service/neuron/dlami/multi-framework/amazon-linux-2023/latest/image_id" in defaults
+    assert "/aws/service/neuron/dlami/base/amazon-linux-2023/latest/image_id" in defaults
     script = user_data_of(neuron8b, "ChatLaunchTemplate")
     assert "readonly ACCELERATOR_KIND=neuron" in script
     assert "/vllm-neuron:0.9-neuron" in script
     assert sorted(k.split("Alarm")[0].removeprefix("Chat") for k in _topic_alarms(neuron8b)) == [
-        "Http5xxRate", "P99Latency", "UnhealthyHosts"]
+        "Http5xxRate", "P99TimePerOutputToken", "P99TimeToFirstToken", "UnhealthyHosts"]
 
 
 def test_deletion_protection_and_web_acl_when_asked(neuron8b: Synth, chat8b: Synth) -> None:
@@ -225,7 +225,9 @@ def test_user_data_starts_the_server_with_the_plans_parallelism_and_concurrency_
     plan = chat70b.fleet.plan
     script = user_data_of(chat70b, "ChatLaunchTemplate")
     assert f"--tensor-parallel-size {plan.devices_per_replica}" in script
-    assert f"--max-num-seqs {plan.concurrency_per_instance}" in script
+    assert f"--max-num-seqs {plan.server.max_num_seqs}" in script
+    # The traffic's longest request (the 8,192-token default), not the model's 131,072: vLLM would refuse to start.
+    assert "--max-model-len 8192" in script and "--gpu-memory-utilization 0.9" in script
     assert "readonly MODEL_BUCKET=big-models" in script
     assert "readonly MODEL_PREFIX=llama-3.1-70b/" in script
     assert "readonly MANIFEST_NAME=SHA256SUMS" in script
@@ -258,13 +260,46 @@ def test_target_group_checks_the_sidecar_that_proves_the_model_answers(chat8b: S
     })
 
 
-def test_group_uses_elb_health_checks_with_a_grace_period_sized_to_model_load(chat8b: Synth, chat70b: Synth) -> None:
-    for synth in (chat8b, chat70b):
-        expected = 300 + math.ceil(synth.fleet.plan.weights_gib / 0.25)
-        assert synth.fleet.health_check_grace_period.to_seconds() == expected
+def test_group_uses_elb_health_checks_with_a_short_grace_after_the_launch_hook(chat8b: Synth) -> None:
+    # The grace period starts once the hook completes, and the instance completes it only when it serves.
     chat8b.template.has_resource_properties("AWS::AutoScaling::AutoScalingGroup", {
-        "HealthCheckType": "ELB",
-        "HealthCheckGracePeriod": 300 + math.ceil(chat8b.fleet.plan.weights_gib / 0.25)})
+        "HealthCheckType": "ELB", "HealthCheckGracePeriod": 120, "DefaultInstanceWarmup": 120})
+
+
+def test_every_launch_waits_on_a_hook_the_instance_completes_itself(chat8b: Synth, chat70b: Synth) -> None:
+    # Heartbeat timeout = 1.5 x the modelled cold start (data/startup.json):
+    # 8B, 14.96 GiB: 90 + 110 + 59.8 + 15.0 + 90 + 30 = 394.8 s -> 593 s; 70B, 131.4 GiB: 977.0 s -> 1466 s.
+    for synth, heartbeat in ((chat8b, 593), (chat70b, 1466)):
+        hooks = [h["Properties"] for h in resources_of_type(synth.raw, "AWS::AutoScaling::LifecycleHook").values()]
+        assert len(hooks) == len(synth.fleet.slots)
+        for hook in hooks:
+            assert hook["LifecycleHookName"] == "genai-instance-ready"
+            assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
+            assert hook["DefaultResult"] == "ABANDON" and hook["HeartbeatTimeout"] == heartbeat
+            assert "NotificationTargetARN" not in hook
+
+
+def test_the_boot_script_names_the_group_and_hook_the_instance_may_complete(chat70b: Synth) -> None:
+    statements = _statements(chat70b)
+    allowed = json.dumps(statements["CompleteOwnLaunchHook"]["Resource"])
+    assert statements["CompleteOwnLaunchHook"]["Action"] == [
+        "autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"]
+    for template_id, group in (("ChatLaunchTemplate", chat70b.fleet.auto_scaling_group),
+                               ("ChatLaunchTemplateGreen", chat70b.fleet.green_auto_scaling_group)):
+        assert group is not None
+        name = chat70b.raw["Resources"][logical_id(group)]["Properties"]["AutoScalingGroupName"]
+        script = user_data_of(chat70b, template_id)
+        assert f"readonly AUTO_SCALING_GROUP_NAME={name}" in script
+        assert "readonly LIFECYCLE_HOOK_NAME=genai-instance-ready" in script
+        assert f"autoScalingGroupName/{name}" in allowed
+
+
+def test_keep_alive_on_the_instance_outlasts_the_load_balancers_idle_timeout(chat8b: Synth) -> None:
+    attributes = {a["Key"]: a["Value"] for a in
+                  chat8b.only("AWS::ElasticLoadBalancingV2::LoadBalancer")["LoadBalancerAttributes"]}
+    script = user_data_of(chat8b, "ChatLaunchTemplate")
+    keep_alive = int(script.split("readonly KEEP_ALIVE_S=")[1].split("\n")[0])
+    assert keep_alive > int(attributes["idle_timeout.timeout_seconds"]) == 300
 
 
 # ---- 4. Auto Scaling group ------------------------------------------------------------------------------------
@@ -324,33 +359,59 @@ def test_lifecycle_notifications_go_to_an_encrypted_topic(chat8b: Synth) -> None
 # ---- 5. Scaling ---------------------------------------------------------------------------------------------------
 
 
-def test_scales_out_on_requests_per_target_at_the_planned_in_flight_load(chat8b: Synth) -> None:
+def _target_tracking(synth: Synth) -> list[dict[str, Any]]:
+    return [p["Properties"]["TargetTrackingConfiguration"]
+            for p in resources_of_type(synth.raw, "AWS::AutoScaling::ScalingPolicy").values()
+            if p["Properties"]["PolicyType"] == "TargetTrackingScaling"]
+
+
+def test_target_tracking_holds_requests_in_flight_or_waiting_per_instance_at_the_plan(chat8b: Synth) -> None:
+    (config,) = _target_tracking(chat8b)
     plan = chat8b.fleet.plan
-    seconds = (plan.estimate.ttft_ms + plan.traffic.output_tokens * plan.estimate.tpot_ms) / 1000
-    chat8b.template.has_resource_properties("AWS::AutoScaling::ScalingPolicy", {
-        "PolicyType": "TargetTrackingScaling",
-        "TargetTrackingConfiguration": Match.object_like({
-            "PredefinedMetricSpecification": Match.object_like({"PredefinedMetricType": "ALBRequestCountPerTarget"}),
-            "TargetValue": int(plan.concurrency_per_instance * 60 / seconds),
-            "DisableScaleIn": True,
-        }),
-    })
+    # The planned per-instance concurrency, below the server's cap so that the headroom absorbs a burst.
+    assert config["TargetValue"] == plan.concurrency_per_instance < plan.server.max_num_seqs
+    queries = {q["Id"]: q for q in config["CustomizedMetricSpecification"]["Metrics"]}
+    assert queries["demand"] == {"Id": "demand", "Expression": "running + waiting", "ReturnData": True,
+                                 "Label": "Requests in flight or waiting per instance"}
+    for query_id, name in (("running", "RequestsInFlight"), ("waiting", "RequestsWaiting")):
+        stat = queries[query_id]["MetricStat"]
+        assert stat["Stat"] == "Average" and queries[query_id]["ReturnData"] is False
+        assert stat["Metric"]["Namespace"] == "GenaiConstructs/Inference" and stat["Metric"]["MetricName"] == name
+        assert stat["Metric"]["Dimensions"] == [{"Name": "Fleet", "Value": chat8b.fleet.fleet_name},
+                                                {"Name": "ModelVersion", "Value": ARTIFACT_8B.version}]
 
 
-def test_scales_out_on_p95_response_time_against_the_latency_target(chat8b: Synth) -> None:
-    chat8b.template.has_resource_properties("AWS::CloudWatch::Alarm", {
-        "MetricName": "TargetResponseTime", "ExtendedStatistic": "p95",
-        "Threshold": TRAFFIC_8B.p95_ttft_ms / 1000, "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-        "EvaluationPeriods": 3, "AlarmActions": [{"Ref": Match.string_like_regexp("LatencyScaleOutUpperPolicy")}],
-    })
+def test_an_idle_fleet_scales_in_on_the_gauge_it_publishes_at_zero(chat8b: Synth) -> None:
+    # Target tracking scales in only on data; the proxy publishes RequestsInFlight every 10 s, 0 included
+    # (tests/runtime/test_request_proxy.py), so an idle fleet reads 0 and returns to its minimum.
+    (config,) = _target_tracking(chat8b)
+    assert config["DisableScaleIn"] is False
+    assert not [a for a in resources_of_type(chat8b.raw, "AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("MetricName") == "RequestCountPerTarget"]
 
 
-def test_scales_in_slower_than_it_scales_out(chat8b: Synth) -> None:
-    alarms = resources_of_type(chat8b.raw, "AWS::CloudWatch::Alarm").values()
-    scale_in = [a["Properties"] for a in alarms if "ScaleInLower" in json.dumps(a["Properties"]["AlarmActions"])]
-    scale_out = [a["Properties"] for a in alarms if "ScaleOutUpper" in json.dumps(a["Properties"]["AlarmActions"])]
-    assert scale_in[0]["MetricName"] == "RequestCountPerTarget"
-    assert scale_in[0]["EvaluationPeriods"] == 15 > scale_out[0]["EvaluationPeriods"]
+def _scaling_alarm(synth: Synth, metric_name: str) -> dict[str, Any]:
+    (alarm,) = [a["Properties"] for a in resources_of_type(synth.raw, "AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("MetricName") == metric_name
+                and "ScaleOut" in json.dumps(a["Properties"].get("AlarmActions", []))]
+    return alarm
+
+
+def test_steps_out_on_p95_time_to_first_token_and_time_per_output_token(chat8b: Synth) -> None:
+    for metric_name, threshold in (("TimeToFirstToken", TRAFFIC_8B.p95_ttft_ms),
+                                   ("TimePerOutputToken", 1000 / 20)):  # 20 tokens/s per session -> 50 ms
+        alarm = _scaling_alarm(chat8b, metric_name)
+        assert alarm["ExtendedStatistic"] == "p95" and alarm["Threshold"] == threshold
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert alarm["EvaluationPeriods"] == 3 and alarm["DatapointsToAlarm"] == 2
+        assert {"Name": "ModelVersion", "Value": ARTIFACT_8B.version} in alarm["Dimensions"]
+        # No requests means no latency: missing data never adds a GPU.
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_load_balancer_response_time_drives_nothing(chat8b: Synth) -> None:
+    for alarm in resources_of_type(chat8b.raw, "AWS::CloudWatch::Alarm").values():
+        assert "TargetResponseTime" not in json.dumps(alarm["Properties"])
 
 
 def test_gpu_utilization_never_drives_scaling(chat8b: Synth) -> None:
@@ -479,7 +540,8 @@ def _statements(synth: Synth) -> dict[str, dict[str, Any]]:
 def test_instance_policy_is_exactly_what_the_instance_needs(chat8b: Synth) -> None:
     assert set(_statements(chat8b)) == {
         "ReadModelArtifact0", "ListModelArtifact0", "WriteOwnLogGroup", "PutMetricsInOwnNamespace",
-        "PullServerImage", "EcrAuthorizationToken", "SessionManagerRegister", "SessionManagerChannels"}
+        "PullServerImage", "EcrAuthorizationToken", "SessionManagerRegister", "SessionManagerChannels",
+        "CompleteOwnLaunchHook", "ReadRuntimeCode"}
 
 
 def test_instance_reads_only_the_artifact_prefix(chat8b: Synth) -> None:
@@ -525,16 +587,30 @@ def _topic_alarms(synth: Synth) -> dict[str, dict[str, Any]]:
             if {"Ref": topic} in a["Properties"].get("AlarmActions", [])}
 
 
-def test_four_alarms_notify_the_topic(chat8b: Synth) -> None:
+def test_six_alarms_notify_the_topic(chat8b: Synth) -> None:
     alarms = _topic_alarms(chat8b)
     assert sorted(k.split("Alarm")[0].removeprefix("Chat") for k in alarms) == [
-        "GpuMemory", "Http5xxRate", "P99Latency", "UnhealthyHosts"]
+        "GpuMemory", "Http5xxRate", "Overprovisioned", "P99TimePerOutputToken", "P99TimeToFirstToken",
+        "UnhealthyHosts"]
 
 
-def test_p99_latency_alarm_is_at_twice_the_p95_target(chat8b: Synth) -> None:
-    (alarm,) = [a for k, a in _topic_alarms(chat8b).items() if "P99Latency" in k]
-    assert alarm["ExtendedStatistic"] == "p99"
-    assert alarm["Threshold"] == 2 * TRAFFIC_8B.p95_ttft_ms / 1000
+def test_p99_latency_alarms_are_at_twice_the_p95_targets_in_milliseconds(chat8b: Synth) -> None:
+    alarms = _topic_alarms(chat8b)
+    (ttft,) = [a for k, a in alarms.items() if "P99TimeToFirstToken" in k]
+    (tpot,) = [a for k, a in alarms.items() if "P99TimePerOutputToken" in k]
+    assert ttft["ExtendedStatistic"] == tpot["ExtendedStatistic"] == "p99"
+    assert ttft["MetricName"] == "TimeToFirstToken" and ttft["Threshold"] == 2 * TRAFFIC_8B.p95_ttft_ms
+    assert tpot["MetricName"] == "TimePerOutputToken" and tpot["Threshold"] == 100  # 2 x 50 ms
+    assert ttft["Namespace"] == "GenaiConstructs/Inference"
+
+
+def test_gpu_utilization_appears_only_in_the_overprovisioning_alarm(chat8b: Synth) -> None:
+    with_gpu = [k for k, a in _topic_alarms(chat8b).items() if "nvidia_smi_utilization_gpu" in json.dumps(a)]
+    assert [k.split("Alarm")[0].removeprefix("Chat") for k in with_gpu] == ["Overprovisioned"]
+    (alarm,) = [a for k, a in _topic_alarms(chat8b).items() if "Overprovisioned" in k]
+    returned = [m["Expression"] for m in alarm["Metrics"] if m.get("ReturnData", True) and "Expression" in m]
+    assert returned == ["IF(instances > 2 AND gpu < 15, 1, 0)"]  # above the minimum (2) with GPUs under 15 % busy
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 4
 
 
 def test_gpu_memory_alarm_reads_the_agents_nvidia_metrics(chat8b: Synth) -> None:
@@ -545,13 +621,14 @@ def test_gpu_memory_alarm_reads_the_agents_nvidia_metrics(chat8b: Synth) -> None
 
 
 def test_blue_green_alarms_on_both_target_groups(chat70b: Synth) -> None:
-    assert len(_topic_alarms(chat70b)) == 5
+    assert len(_topic_alarms(chat70b)) == 7
 
 
 def test_dashboard_shows_latency_errors_hosts_gpu_and_cost_per_million_tokens(chat8b: Synth) -> None:
     body = json.dumps(chat8b.only("AWS::CloudWatch::Dashboard")["DashboardBody"])
-    for needle in ("TargetResponseTime", "p50", "p99", "HTTPCode_Target_5XX_Count", "HealthyHostCount",
-                   "InFlightRequests", "nvidia_smi_utilization_gpu", "CPUUtilization", "NetworkIn",
+    for needle in ("TimeToFirstToken", "TimePerOutputToken", "RequestsInFlight", "RequestsWaiting", "KvCacheUsage",
+                   "TargetResponseTime", "not TTFT", "p50", "p99", "HTTPCode_Target_5XX_Count", "HealthyHostCount",
+                   "nvidia_smi_utilization_gpu", "CPUUtilization", "NetworkIn",
                    "disk_used_percent", "GeneratedTokens", "USD per 1M output tokens"):
         assert needle in body, needle
 

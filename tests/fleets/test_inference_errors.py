@@ -97,13 +97,24 @@ def test_fails_on_a_health_path_without_a_leading_slash(scope: Any) -> None:
 
 def test_fails_on_a_server_port_that_clashes_with_the_sidecar(scope: Any) -> None:
     assert problems(scope, server_port=8081) == [
-        "server_port (8081) must be 1-65535 and not 8081 (the health sidecar) or 22: use the server's own port, "
-        "e.g. 8000"]
+        "server_port (8081) must be an integer 1-65535 and not 8081 (the health sidecar), 18000 (the model server "
+        "behind the request proxy) or 22: use the server's own port, e.g. 8000"]
+
+
+def test_fails_on_a_server_port_that_clashes_with_the_server_behind_the_proxy(scope: Any) -> None:
+    (problem,) = problems(scope, server_port=18000)
+    assert problem.startswith("server_port (18000) must be an integer")
+
+
+def test_fails_on_server_args_given_as_one_string(scope: Any) -> None:
+    (problem,) = problems(scope, server_args="-m vllm.entrypoints.openai.api_server --port 8000")
+    assert problem.startswith("server_args ('-m vllm.entrypoints.openai.api_server --port 8000') is one string")
 
 
 def test_fails_on_an_unknown_placeholder_in_server_args(scope: Any) -> None:
     (problem,) = problems(scope, server_args=["--model", "{weights}"])
-    assert problem.startswith("server_args item '{weights}' has an unknown placeholder: allowed are {model_dir}")
+    assert problem.startswith("server_args item '{weights}' is not a string with known placeholders: allowed are "
+                              "{model_dir}")
 
 
 def test_fails_on_a_green_share_out_of_range(scope: Any) -> None:

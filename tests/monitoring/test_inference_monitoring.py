@@ -66,14 +66,24 @@ def test_5xx_rate_counts_target_and_load_balancer_errors(world: dict[str, Any]) 
 @pytest.fixture(scope="module")
 def alarms(world: dict[str, Any]) -> dict[str, Any]:
     factory = InferenceFleetAlarmFactory(world["stack"], metrics=world["metrics"], topic=world["topic"])
-    with_gpu = factory.create(InferenceAlarmThresholds(p99_latency=Duration.seconds(4)))
+    with_gpu = factory.create(InferenceAlarmThresholds(
+        p99_time_to_first_token=Duration.seconds(4), p99_time_per_output_token=Duration.millis(100)))
     return {"with_gpu": with_gpu, "template": Template.from_stack(world["stack"])}
 
 
 def test_all_alarms_one_per_signal_and_target_group(alarms: dict[str, Any]) -> None:
     assert sorted(alarms["with_gpu"]) == [
-        "gpu_memory", "http_5xx_rate", "p99_latency", "unhealthy_hosts", "unhealthy_hosts_green"]
-    alarms["template"].resource_count_is("AWS::CloudWatch::Alarm", 5)
+        "gpu_memory", "http_5xx_rate", "overprovisioned", "p99_tpot", "p99_ttft", "unhealthy_hosts",
+        "unhealthy_hosts_green"]
+    alarms["template"].resource_count_is("AWS::CloudWatch::Alarm", 7)
+
+
+def test_latency_alarms_read_the_per_request_metrics_in_milliseconds(alarms: dict[str, Any]) -> None:
+    by_name = {a["Properties"].get("MetricName"): a["Properties"]
+               for a in alarms["template"].find_resources("AWS::CloudWatch::Alarm").values()}
+    assert by_name["TimeToFirstToken"]["Threshold"] == 4000 and by_name["TimeToFirstToken"]["Namespace"] == "NS"
+    assert by_name["TimePerOutputToken"]["Threshold"] == 100
+    assert by_name["TimeToFirstToken"]["Dimensions"] == [{"Name": "Fleet", "Value": "chat"}]
 
 
 def test_alarms_notify_on_alarm_and_on_ok(alarms: dict[str, Any]) -> None:
@@ -92,8 +102,9 @@ def test_no_gpu_alarm_without_a_gpu_threshold() -> None:
     metrics = InferenceFleetMetricFactory(load_balancer=alb, target_groups=[group], auto_scaling_group_names=["a"],
                                           namespace="NS", fleet="f")
     created = InferenceFleetAlarmFactory(stack, metrics=metrics, topic=sns.Topic(stack, "T")).create(
-        InferenceAlarmThresholds(p99_latency=Duration.seconds(4), gpu_memory_used_percent=None))
-    assert sorted(created) == ["http_5xx_rate", "p99_latency", "unhealthy_hosts"]
+        InferenceAlarmThresholds(p99_time_to_first_token=Duration.seconds(4), gpu_memory_used_percent=None,
+                                 gpu_underused_percent=None))
+    assert sorted(created) == ["http_5xx_rate", "p99_ttft", "unhealthy_hosts"]
     Template.from_stack(stack).resource_count_is("AWS::CloudWatch::Alarm", 3)
 
 
@@ -102,14 +113,18 @@ def _titles(stack: Stack, rows: list[list[Any]]) -> list[str | None]:
 
 
 def test_segment_lays_out_latency_errors_capacity_and_validation(world: dict[str, Any]) -> None:
-    rows = inference_fleet_segment(world["metrics"], title="Chat", latency_target_s=2.0, usd_per_instance_hour=1.5)
+    rows = inference_fleet_segment(world["metrics"], title="Chat", ttft_target_ms=2000, tpot_target_ms=50,
+                                   in_flight_target=12, usd_per_instance_hour=1.5)
     titles = _titles(world["stack"], rows)
-    assert "Latency p50 / p95 / p99 (s)" in titles
+    assert "Time to first token p50 / p95 / p99 (ms)" in titles
+    assert "Time per output token p50 / p95 / p99 (ms)" in titles
+    assert "Requests in flight and waiting per instance" in titles
+    assert "ALB TargetResponseTime p95 (s): to response headers, not TTFT" in titles
     assert "GPU utilization and memory (%)" in titles
     assert "USD per 1M output tokens" in titles
 
 
 def test_segment_leaves_out_cost_when_the_price_is_unknown(world: dict[str, Any]) -> None:
-    rows = inference_fleet_segment(world["metrics"], title="Chat", latency_target_s=2.0)
+    rows = inference_fleet_segment(world["metrics"], title="Chat", ttft_target_ms=2000, tpot_target_ms=50)
     titles = _titles(world["stack"], rows)
     assert "USD per 1M output tokens" not in titles
