@@ -70,3 +70,58 @@ def synth_app(build: Callable[[App], Iterable[Stack] | Stack | None], packs: Ite
 
 def resources_of_type(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in template.get("Resources", {}).items() if v["Type"] == resource_type}
+
+
+def user_data_script(launch_template: dict[str, Any], token: str = "tokenvalue") -> str:
+    """A launch template resource's shell script (the user data's x-shellscript part), tokens replaced by ``token``."""
+    data = launch_template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]
+    parts = data["Fn::Join"][1] if isinstance(data, dict) else [data]
+    mime = "".join(p if isinstance(p, str) else token for p in parts)
+    marker = 'Content-Type: text/x-shellscript; charset="utf-8"\n\n'
+    script = mime.split(marker, 1)[1] if marker in mime else mime
+    return script.split("\n--+AWS+CDK+User+Data+Separator==", 1)[0]
+
+
+def _resolve_pseudo(value: Any, pseudo: dict[str, str]) -> Any:
+    if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in pseudo:
+        return pseudo[value["Ref"]]
+    if isinstance(value, list):
+        return [_resolve_pseudo(v, pseudo) for v in value]
+    return value
+
+
+def resource_policy_decision(document: dict[str, Any], *, service: str, action: str,
+                             context: dict[str, str], pseudo: dict[str, str]) -> str:
+    """IAM's evaluation of one resource policy for a request by an AWS service principal: "deny" when any matching
+    Deny applies, else "allow" when a matching Allow applies, else "implicit deny" (IAM user guide, "Policy evaluation
+    logic"). Conditions: StringEquals, StringNotEquals, Bool, with values as context strings ("true"/"false");
+    ``pseudo`` resolves ``{"Ref": "AWS::AccountId"}``-style values."""
+    import fnmatch
+
+    def matches(statement: dict[str, Any]) -> bool:
+        principal = statement.get("Principal", {})
+        services = principal.get("Service", []) if isinstance(principal, dict) else []
+        services = [services] if isinstance(services, str) else services
+        if principal != "*" and principal != {"AWS": "*"} and service not in services:
+            return False
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if not any(fnmatch.fnmatchcase(action, pattern) for pattern in actions):
+            return False
+        for operator, tests in statement.get("Condition", {}).items():
+            for key, expected in tests.items():
+                wanted = {str(v).lower() for v in (_resolve_pseudo(expected, pseudo) if isinstance(expected, list)
+                                                   else [_resolve_pseudo(expected, pseudo)])}
+                actual = context.get(key)
+                present = actual is not None and actual.lower() in wanted
+                if operator in ("StringEquals", "Bool") and not present:
+                    return False
+                if operator == "StringNotEquals" and present:
+                    return False
+                if operator not in ("StringEquals", "Bool", "StringNotEquals"):
+                    raise AssertionError(f"condition operator {operator} not modelled")
+        return True
+
+    statements = [s for s in document["Statement"] if matches(s)]
+    if any(s["Effect"] == "Deny" for s in statements):
+        return "deny"
+    return "allow" if any(s["Effect"] == "Allow" for s in statements) else "implicit deny"

@@ -28,7 +28,7 @@ from genai_constructs.fleets import GpuInferenceFleet
 from genai_constructs.fleets import inference as fleet_module
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.workload import ModelArtifact, ModelShape, RealtimeTraffic
-from tests.support import resources_of_type, synth_app
+from tests.support import resource_policy_decision, resources_of_type, synth_app
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 TRAFFIC_8B = RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20)
@@ -104,7 +104,7 @@ def logical_id(construct: Any) -> str:
     return str(Stack.of(construct).get_logical_id(construct.node.default_child))
 
 
-def user_data_of(synth: Synth, logical_prefix: str) -> str:
+def user_data_of(synth: Synth, logical_prefix: str) -> str:  # noqa: D103
     """The launch template's user data with every CloudFormation token replaced by a placeholder word."""
     for logical_id, resource in resources_of_type(synth.raw, "AWS::EC2::LaunchTemplate").items():
         if logical_id.startswith(logical_prefix):
@@ -611,6 +611,35 @@ def test_gpu_utilization_appears_only_in_the_overprovisioning_alarm(chat8b: Synt
     returned = [m["Expression"] for m in alarm["Metrics"] if m.get("ReturnData", True) and "Expression" in m]
     assert returned == ["IF(instances > 2 AND gpu < 15, 1, 0)"]  # above the minimum (2) with GPUs under 15 % busy
     assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 4
+
+
+def test_cloudwatch_may_publish_this_accounts_alarms_to_the_topic_over_tls_only(chat8b: Synth) -> None:
+    document = chat8b.only("AWS::SNS::TopicPolicy")["PolicyDocument"]
+    pseudo = {"AWS::AccountId": "111122223333"}
+
+    def decision(service: str, account: str, tls: bool) -> str:
+        return resource_policy_decision(
+            document, service=service, action="sns:Publish", pseudo=pseudo,
+            context={"aws:SourceAccount": account, "aws:SecureTransport": "true" if tls else "false"})
+
+    # Round 1's policy held only the TLS Deny: this was "implicit deny", so no alarm was ever delivered.
+    assert decision("cloudwatch.amazonaws.com", "111122223333", tls=True) == "allow"
+    assert decision("cloudwatch.amazonaws.com", "444455556666", tls=True) == "implicit deny"  # another account's alarm
+    assert decision("cloudwatch.amazonaws.com", "111122223333", tls=False) == "deny"
+    assert decision("events.amazonaws.com", "111122223333", tls=True) == "implicit deny"
+
+
+def test_two_saved_queries_read_the_per_request_lines(chat8b: Synth) -> None:
+    queries = {q["Properties"]["Name"].rsplit("/", 1)[1]: q["Properties"]
+               for q in resources_of_type(chat8b.raw, "AWS::Logs::QueryDefinition").values()}
+    assert sorted(queries) == ["p95 TTFT and TPOT by model version", "slowest requests with their breakdown"]
+    for query in queries.values():
+        assert query["LogGroupNames"] == [{"Ref": logical_id(chat8b.fleet.log_group)}]
+    by_version = queries["p95 TTFT and TPOT by model version"]["QueryString"]
+    assert "pct(ttft_ms, 95)" in by_version and "pct(tpot_ms, 95)" in by_version
+    assert "by model_version, bin(5m)" in by_version
+    slowest = queries["slowest requests with their breakdown"]["QueryString"]
+    assert "sort e2e_ms desc" in slowest and "retrieval_ms" in slowest and "queue_ms" in slowest
 
 
 def test_gpu_memory_alarm_reads_the_agents_nvidia_metrics(chat8b: Synth) -> None:
