@@ -50,6 +50,7 @@ from genai_constructs.monitoring.alarms import P99_LATENCY_FACTOR
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.planner import estimate, load_catalog, plan_inference
 from genai_constructs.planner.plans import InferencePlan
+from genai_constructs.planner.server_settings import kv_gib_one_request
 from genai_constructs.planner.startup import StartupEstimate, time_to_serving
 from genai_constructs.workload import ModelArtifact, ModelShape, RealtimeTraffic
 
@@ -804,6 +805,24 @@ def _acknowledge_sdk_provider(provider: IConstruct) -> None:
     _launch.acknowledge(provider, reasons)
 
 
+def _vllm_default_length_problems(model: ModelShape, plan: InferencePlan, server_args: list[str]) -> list[str]:
+    """Custom vLLM arguments without ``--max-model-len`` make vLLM take the model's own maximum; say so when one such
+    request's KV cache cannot fit what the plan leaves (vLLM's start-up check, planner/server_settings.py)."""
+    if plan.is_neuron or not any("vllm" in arg for arg in server_args):
+        return []
+    if any(arg == "--max-model-len" or arg.startswith("--max-model-len=") for arg in server_args):
+        return []
+    server = plan.server
+    needed = kv_gib_one_request(model, server.tensor_parallel_size, model.max_context)
+    usable = server.kv_cache_gib_available - server.kv_cache_gib_reserved
+    if needed <= usable:
+        return []
+    return [f"server_args has no --max-model-len, so vLLM would take {model.name}'s own maximum "
+            f"({model.max_context:,} tokens), whose KV cache ({needed:.2f} GiB) exceeds the {usable:.2f} GiB "
+            f"{plan.instance_type} leaves after the weights: vLLM would refuse to start. Add \"--max-model-len\", "
+            f"\"{{max_model_len}}\" (the plan's {server.max_model_len:,})"]
+
+
 def _validate(
     *, model: ModelShape, traffic: RealtimeTraffic, model_artifact: ModelArtifact, instance_type: str | None,
     min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
@@ -892,6 +911,8 @@ def _validate(
                 allowed = ", ".join(f"{{{name}}}" for name in SERVER_ARG_PLACEHOLDERS)
                 problems.append(f"server_args item {arg!r} is not a string with known placeholders: allowed are "
                                 f"{allowed} (double braces for a literal brace)")
+    if plan is not None and server_args is not None and not isinstance(server_args, str):
+        problems.extend(_vllm_default_length_problems(model, plan, [str(a) for a in server_args]))
     if not 0 <= green_traffic_percent <= 100:
         problems.append(f"green_traffic_percent ({green_traffic_percent}) must be between 0 and 100")
     if green_traffic_percent and green_model_artifact is None:

@@ -445,6 +445,26 @@ def test_warm_pool_caches_the_model_on_ebs_and_runs_at_every_boot(on_demand: Bui
     assert "[scripts-user, always]" in json.dumps(lt["LaunchTemplateData"]["UserData"])
 
 
+def test_a_warm_pool_launch_waits_on_a_hook_the_worker_completes_for_its_own_group(on_demand: Built) -> None:
+    hook = _one(on_demand.template, "AWS::AutoScaling::LifecycleHook")
+    assert hook["LifecycleHookName"] == "genai-instance-ready" and hook["DefaultResult"] == "ABANDON"
+    assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING" and hook["HeartbeatTimeout"] == 900
+    group = _one(on_demand.template, "AWS::AutoScaling::AutoScalingGroup")
+    script = on_demand.fleet.user_data_script
+    assert f"readonly AUTO_SCALING_GROUP_NAME={group['AutoScalingGroupName']}" in script
+    assert "readonly LIFECYCLE_HOOK_NAME=genai-instance-ready" in script
+    policy = _one(on_demand.template, "AWS::IAM::ManagedPolicy",
+                  lambda p: "CompleteOwnLaunchHook" in json.dumps(p["PolicyDocument"]))
+    (statement,) = [s for s in policy["PolicyDocument"]["Statement"] if s["Sid"] == "CompleteOwnLaunchHook"]
+    assert group["AutoScalingGroupName"] in json.dumps(statement["Resource"])
+
+
+def test_without_a_warm_pool_there_is_no_hook_to_complete(spot: Built) -> None:
+    assert not resources_of_type(spot.template, "AWS::AutoScaling::LifecycleHook")
+    assert "readonly LIFECYCLE_HOOK_NAME=''" in spot.fleet.user_data_script
+    assert "CompleteOwnLaunchHook" not in json.dumps(spot.template)
+
+
 def test_without_a_warm_pool_the_model_may_use_instance_store(spot: Built) -> None:
     assert "readonly MODEL_CACHE_ON_EBS=0" in spot.fleet.user_data_script
     lt = _one(spot.template, "AWS::EC2::LaunchTemplate")

@@ -172,3 +172,16 @@ def test_fails_on_an_invalid_server_environment_name(scope: Any) -> None:
     assert problems(scope, server_environment={"RETRIEVAL-DNS": "x"}) == [
         "server_environment key ('RETRIEVAL-DNS') is not a valid environment variable name: use letters, digits "
         "and underscores, not starting with a digit"]
+
+
+def test_fails_on_vllm_args_that_leave_the_model_length_to_vllm_when_it_cannot_fit(scope: Any) -> None:
+    args = ["-m", "vllm.entrypoints.openai.api_server", "--model", "{model_dir}", "--port", "{port}"]
+    slow = RealtimeTraffic(concurrent_sessions=8, output_tokens_per_s_per_session=10)  # what one L4 can serve
+    (problem,) = problems(scope, server_args=args, instance_type="g6.xlarge", traffic=slow)
+    # Llama 3.1 8B: 131,072 tokens x 128 KiB per token = 16.00 GiB; one L4 leaves about 4 GiB after the weights.
+    assert problem.startswith("server_args has no --max-model-len, so vLLM would take llama-3.1-8b's own maximum "
+                              "(131,072 tokens), whose KV cache (16.00 GiB) exceeds the ")
+    assert problem.endswith('Add "--max-model-len", "{max_model_len}" (the plan\'s 8,192)')
+    fleet = make(scope, server_args=[*args, "--max-model-len", "{max_model_len}"], instance_type="g6.xlarge",
+                 traffic=slow)
+    assert fleet.plan.server.max_model_len == 8192
