@@ -12,9 +12,11 @@ On each check (cached for ``--cache-s`` seconds so the load balancer's checks co
    the server is busy, not wedged: a full batch queues the probe behind real work. Answer 200 ("busy") so that a
    fleet under load does not mark its own instances unhealthy and cascade.
 
-Optionally (``--emf-address``) it publishes, every check, CloudWatch embedded-metric-format records to the local
-CloudWatch agent: ``GeneratedTokens`` (the rise of the server's token counter) and ``InFlightRequests`` (running +
-waiting). The fleet's cost-per-token figure and its in-flight widget read them.
+Optionally (``--emf-address``) it publishes, every check, a CloudWatch embedded-metric-format record to the local
+CloudWatch agent: ``GeneratedTokens`` (the rise of the server's token counter), which the fleet's cost-per-token
+figure reads. Requests in flight and waiting are the request proxy's to publish (``RequestsInFlight`` and
+``RequestsWaiting``, see ``request_proxy.py``): it samples them on a fixed interval, also at zero traffic, and counts
+its own admission queue as well.
 
 Standard library only, Python 3.9+: it runs on the instance's system Python, with nothing to install.
 """
@@ -41,8 +43,6 @@ DEFAULT_CACHE_S = 5.0
 """The load balancer checks from every node of the ALB (several per AZ); caching keeps it to one probe per 5 s."""
 DEFAULT_PROGRESS_METRIC = "vllm:generation_tokens_total"
 """vLLM's counter of generated tokens; its rise proves the engine loop is making progress."""
-DEFAULT_IN_FLIGHT_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-"""vLLM's gauges of requests in the batch and in the queue."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,6 @@ class Checker:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         cache_s: float = DEFAULT_CACHE_S,
         progress_metric: str = DEFAULT_PROGRESS_METRIC,
-        in_flight_metrics: tuple[str, ...] = DEFAULT_IN_FLIGHT_METRICS,
         emf: EmfPublisher | None = None,
         clock: Any = time.monotonic,
     ) -> None:
@@ -117,7 +116,6 @@ class Checker:
         self.timeout_s = timeout_s
         self.cache_s = cache_s
         self.progress_metric = progress_metric
-        self.in_flight_metrics = in_flight_metrics
         self.emf = emf
         self._clock = clock
         self._lock = threading.Lock()
@@ -139,11 +137,10 @@ class Checker:
         return self.model
 
     def _scrape(self) -> dict[str, float] | None:
-        names = tuple(n for n in (self.progress_metric, *self.in_flight_metrics) if n)
-        if not names:
+        if not self.progress_metric:
             return None
         try:
-            return parse_prometheus(_get_text(f"{self.upstream}/metrics", self.timeout_s), names)
+            return parse_prometheus(_get_text(f"{self.upstream}/metrics", self.timeout_s), (self.progress_metric,))
         except (OSError, ValueError):
             return None
 
@@ -175,7 +172,7 @@ class Checker:
         sample = self._scrape() if (probe_error is None or "within" in probe_error or self.emf) else None
         progressed = self._note_progress(sample)
         if self.emf is not None and sample is not None:
-            self.emf.publish(sample, self.progress_metric, self.in_flight_metrics, progressed)
+            self.emf.publish(progressed)
 
         now = time.time()
         if probe_error is None:
@@ -207,8 +204,7 @@ class EmfPublisher:
         self.log_group = log_group
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
-    def record(self, sample: dict[str, float], in_flight_metrics: tuple[str, ...], generated: float) -> dict[str, Any]:
-        in_flight = sum(sample.get(name, 0.0) for name in in_flight_metrics)
+    def record(self, generated: float) -> dict[str, Any]:
         return {
             "_aws": {
                 "Timestamp": int(time.time() * 1000),
@@ -216,18 +212,15 @@ class EmfPublisher:
                 "CloudWatchMetrics": [{
                     "Namespace": self.namespace,
                     "Dimensions": [["Fleet"]],
-                    "Metrics": [{"Name": "GeneratedTokens", "Unit": "Count"},
-                                {"Name": "InFlightRequests", "Unit": "Count"}],
+                    "Metrics": [{"Name": "GeneratedTokens", "Unit": "Count"}],
                 }],
             },
             "Fleet": self.fleet,
             "GeneratedTokens": generated,
-            "InFlightRequests": in_flight,
         }
 
-    def publish(self, sample: dict[str, float], progress_metric: str, in_flight_metrics: tuple[str, ...],
-                generated: float) -> None:
-        line = json.dumps(self.record(sample, in_flight_metrics, generated)) + "\n"
+    def publish(self, generated: float) -> None:
+        line = json.dumps(self.record(generated)) + "\n"
         try:
             self._socket.sendto(line.encode(), self.target)
         except OSError:

@@ -247,4 +247,6 @@ def test_emf_records_reach_the_agent_listener_over_udp() -> None:
     assert record["_aws"]["LogGroupName"] == "/lg"
     assert record["Fleet"] == "chat"
     assert record["GeneratedTokens"] == 10
-    assert record["InFlightRequests"] == 5
+    # Requests in flight are the request proxy's metrics now (RequestsInFlight, RequestsWaiting), not the sidecar's.
+    assert record["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "GeneratedTokens", "Unit": "Count"}]
+    assert "InFlightRequests" not in record
