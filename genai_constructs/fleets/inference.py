@@ -167,6 +167,8 @@ the server from starting."""
 SERVER_ARG_PLACEHOLDERS = ("model_dir", "served_model_name", "tensor_parallel_size", "max_num_seqs", "max_model_len",
                            "gpu_memory_utilization", "kv_cache_dtype", "port")
 """What ``server_args`` may name in braces; the user data fills each from the plan (fleets/_launch.py)."""
+PLAN_METADATA_KEY = "genai-constructs:plan"
+"""Template metadata key on each Auto Scaling group: the plan figures the group was built from (JSON literals)."""
 BLUE, GREEN = "Blue", "Green"
 _SDK_PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 """Construct id of CDK's singleton AwsCustomResource provider function (aws-cdk-lib custom-resources)."""
@@ -371,6 +373,9 @@ class GpuInferenceFleet(Construct):
         if warm_pool:
             self.time_to_serving["warm"] = time_to_serving(plan.weights_gib, "warm")
         self.launch_hook_heartbeat_s = math.ceil(self.time_to_serving["cold"].total_s * LAUNCH_HOOK_MARGIN)
+        self.in_flight_target = float(plan.concurrency_per_instance)
+        """Target tracking holds requests in flight or waiting per instance here: the plan's per-instance
+        concurrency, which already keeps the traffic's headroom free below the server's cap (--max-num-seqs)."""
         placement_group = (
             ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
             if latency_is_the_product else None)
@@ -422,9 +427,6 @@ class GpuInferenceFleet(Construct):
             load_balancer=self.load_balancer, target_groups=[s.target_group for s in self.slots],
             auto_scaling_group_names=[s.auto_scaling_group.auto_scaling_group_name for s in self.slots],
             namespace=METRIC_NAMESPACE, fleet=self.fleet_name)
-        self.in_flight_target = float(plan.concurrency_per_instance)
-        """Target tracking holds requests in flight or waiting per instance here: the plan's per-instance
-        concurrency, which already keeps the traffic's headroom free below the server's cap (--max-num-seqs)."""
         for slot in self.slots:
             self._scaling(slot, traffic)
         self.latency_target = Duration.millis(traffic.p95_ttft_ms)
@@ -547,8 +549,32 @@ class GpuInferenceFleet(Construct):
                 healthy_threshold_count=HEALTHY_THRESHOLD, unhealthy_threshold_count=UNHEALTHY_THRESHOLD))
         target_group.add_target(group)
         self._instance_refresh(group, launch_template, grace, suffix)
+        cast(autoscaling.CfnAutoScalingGroup, group.node.default_child).add_metadata(
+            PLAN_METADATA_KEY, self._plan_metadata(plan, artifact, warm_pool))
         return _Slot(name=name, artifact=artifact, auto_scaling_group=group, target_group=target_group,
                      launch_template=launch_template)
+
+    def _plan_metadata(self, plan: InferencePlan, artifact: ModelArtifact, warm_pool: bool) -> dict[str, object]:
+        """What the plan assumed, recorded on the group's template resource for tools that read the template (the
+        fleet simulator, reviewers): plain literals only, never tokens."""
+        traffic = plan.traffic
+        return {
+            "model": plan.model.name, "model_version": artifact.version, "instance_type": plan.instance_type,
+            "devices_per_replica": plan.devices_per_replica, "weights_gib": plan.weights_gib,
+            "concurrency_per_instance": plan.concurrency_per_instance, "in_flight_target": self.in_flight_target,
+            "server": plan.server.model_dump(mode="json"),
+            "traffic": {"concurrent_sessions": traffic.concurrent_sessions,
+                        "output_tokens_per_s_per_session": traffic.output_tokens_per_s_per_session,
+                        "prompt_tokens": traffic.prompt_tokens, "output_tokens": traffic.output_tokens,
+                        "p95_ttft_ms": traffic.p95_ttft_ms, "p95_tpot_ms": traffic.tpot_target_ms,
+                        "headroom": traffic.headroom},
+            "estimate": {"ttft_ms": plan.estimate.ttft_ms, "tpot_ms": plan.estimate.tpot_ms,
+                         "output_tokens_per_s": plan.estimate.output_tokens_per_s},
+            "usd_per_hour": plan.usd_per_hour, "warm_pool": warm_pool,
+            "time_to_serving_s": {path: estimate.total_s for path, estimate in self.time_to_serving.items()},
+            "launch_hook_heartbeat_s": self.launch_hook_heartbeat_s,
+            "metric_namespace": METRIC_NAMESPACE, "fleet": self.fleet_name,
+        }
 
     def _log_access(self, prefix: str) -> None:
         """Access logs to the SSE-S3 bucket (ALB log delivery supports only SSE-S3, not SSE-KMS, on the bucket).

@@ -682,3 +682,17 @@ def test_members_are_exposed(chat8b: Synth) -> None:
     assert fleet.connections.default_port is not None
     assert fleet.metric_target_response_time("p99").statistic == "p99"
     assert fleet.metric_request_count_per_target().metric_name == "RequestCountPerTarget"
+
+
+def test_each_group_records_the_plan_it_was_built_from_as_literals(chat70b: Synth) -> None:
+    for group in (chat70b.fleet.auto_scaling_group, chat70b.fleet.green_auto_scaling_group):
+        assert group is not None
+        recorded = chat70b.raw["Resources"][logical_id(group)]["Metadata"]["genai-constructs:plan"]
+        assert "${Token" not in json.dumps(recorded) and '"Ref"' not in json.dumps(recorded)
+        assert recorded["instance_type"] == chat70b.fleet.plan.instance_type
+        assert recorded["server"]["max_num_seqs"] == chat70b.fleet.plan.server.max_num_seqs
+        assert recorded["in_flight_target"] == chat70b.fleet.plan.concurrency_per_instance
+        assert recorded["time_to_serving_s"]["cold"] == 977.0 and recorded["traffic"]["p95_tpot_ms"] == 50
+    versions = {chat70b.raw["Resources"][logical_id(g)]["Metadata"]["genai-constructs:plan"]["model_version"]
+                for g in (chat70b.fleet.auto_scaling_group, chat70b.fleet.green_auto_scaling_group) if g}
+    assert versions == {"2024-07", "2024-09"}
