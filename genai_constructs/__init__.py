@@ -15,6 +15,7 @@ from genai_constructs.errors import (
     GenaiConstructsError,
     LatencyTargetUnreachableError,
     ModelDoesNotFitError,
+    ServerStartupError,
     UnknownInstanceTypeError,
     UnknownPresetError,
 )
@@ -22,11 +23,13 @@ from genai_constructs.planner import (
     EmbeddingPlan,
     Estimate,
     InferencePlan,
+    ServerSettings,
     estimate,
     load_catalog,
     plan_embedding,
     plan_inference,
 )
+from genai_constructs.planner.startup import StartupEstimate, time_to_serving
 from genai_constructs.workload import BatchTraffic, ModelArtifact, ModelShape, Precision, RealtimeTraffic
 
 if TYPE_CHECKING:
@@ -58,12 +61,16 @@ __all__ = [
     "PrivateDataPath",
     "RealtimeTraffic",
     "RetrievalService",
+    "ServerSettings",
+    "ServerStartupError",
+    "StartupEstimate",
     "UnknownInstanceTypeError",
     "UnknownPresetError",
     "estimate",
     "load_catalog",
     "plan_embedding",
     "plan_inference",
+    "time_to_serving",
 ]
 
 

@@ -18,6 +18,7 @@ from genai_constructs.planner.server_settings import (
     derive_server_settings,
     startup_problems,
 )
+from genai_constructs.planner.startup import StartupEstimate, time_to_serving
 
 __all__ = [
     "DEFAULT_RUNTIME",
@@ -34,6 +35,7 @@ __all__ = [
     "PlanOption",
     "RuntimeProfile",
     "ServerSettings",
+    "StartupEstimate",
     "check_server_settings",
     "derive_server_settings",
     "estimate",
@@ -41,4 +43,5 @@ __all__ = [
     "plan_embedding",
     "plan_inference",
     "startup_problems",
+    "time_to_serving",
 ]
