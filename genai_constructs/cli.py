@@ -177,6 +177,12 @@ def _cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
     return int(enqueue.main(args.enqueue_args))
 
 
+def _cmd_simulate(args: argparse.Namespace, console: Console) -> int:
+    from genai_constructs.simulation.cli import run_simulate  # the simulator loads only when asked
+
+    return run_simulate(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="genai-constructs", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     enq = sub.add_parser("enqueue", help="batch existing S3 keys into queue messages (see --help)", add_help=False)
     enq.add_argument("enqueue_args", nargs=argparse.REMAINDER)
     enq.set_defaults(func=_cmd_enqueue)
+
+    from genai_constructs.simulation.cli import add_simulate_arguments
+
+    sim = sub.add_parser("simulate", help="replay a request trace through a synthesized fleet's own scaling rules")
+    add_simulate_arguments(sim)
+    sim.set_defaults(func=_cmd_simulate)
     return parser
 
 
