@@ -15,7 +15,8 @@ proxy (``--listen``). Completion requests (a POST to ``/v1/completions`` or ``/v
 admission gate of ``--max-concurrency`` (vLLM's ``--max-num-seqs``: vLLM would queue the rest itself, so the proxy's
 queue is where the wait becomes visible as ``queue_ms``); everything else (probes, ``/metrics``, ``/health``) passes
 straight through, unmeasured. Each response is forwarded as it arrives: every chunk read from vLLM is written to the
-client before the proxy looks at it.
+client at once, before it is inspected for tokens (only its chunk framing is read first, to know where the response
+ends).
 
 AWS behaviour relied on:
 
@@ -71,7 +72,7 @@ from typing import IO, Any
 DEFAULT_LISTEN = "0.0.0.0:8000"
 """The target group's port: vLLM's conventional 8000, now answered by the proxy (vLLM moves behind it)."""
 DEFAULT_KEEP_ALIVE_S = 360.0
-"""Above the fleet's ALB idle timeout (300 s): the ALB, not the target, must be the side that closes idle connections."""
+"""Above the fleet's ALB idle timeout (300 s): the ALB, not the target, must be the side closing idle connections."""
 DEFAULT_EMF_ADDRESS = "tcp:127.0.0.1:25888"
 """The CloudWatch agent's default EMF listener; TCP so that a record is never silently lost to a full socket buffer."""
 DEFAULT_NAMESPACE = "GenaiConstructs/Inference"
@@ -142,7 +143,8 @@ _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _DIGITS = re.compile(rb"[0-9]{1,18}")
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:+=/@~-]{1,%d}" % MAX_REQUEST_ID_LENGTH)
 _REASONS = {400: b"Bad Request", 404: b"Not Found", 413: b"Content Too Large", 431: b"Request Header Fields Too Large",
-            501: b"Not Implemented", 502: b"Bad Gateway", 504: b"Gateway Timeout", 505: b"HTTP Version Not Supported"}
+            501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout",
+            505: b"HTTP Version Not Supported"}
 _TIMING_HEADERS = ((b"x-genai-retrieval-ms", "retrieval_ms"), (b"x-genai-preprocess-ms", "preprocess_ms"))
 """Timings the caller measured before calling (retrieval, prompt building), joined into the request's record."""
 
@@ -296,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--upstream-keep-alive-s", default=DEFAULT_UPSTREAM_KEEP_ALIVE_S, type=_seconds(
         "--upstream-keep-alive-s", "give the model server's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, e.g. 5"),
         help="The model server's idle keep-alive (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE); pooled connections are "
-             f"reused up to {UPSTREAM_KEEP_ALIVE_MARGIN_S:g} s short of it (default {DEFAULT_UPSTREAM_KEEP_ALIVE_S:g}).")
+             f"reused up to {UPSTREAM_KEEP_ALIVE_MARGIN_S:g} s short of it "
+             f"(default {DEFAULT_UPSTREAM_KEEP_ALIVE_S:g}).")
     parser.add_argument("--drain-s", default=DEFAULT_DRAIN_S, type=_seconds(
         "--drain-s", "give e.g. 300 (the load balancer's deregistration delay)", allow_zero=True),
         help=f"On SIGTERM, in-flight streams may finish for this long (default {DEFAULT_DRAIN_S:g}).")
@@ -971,8 +974,8 @@ class UpstreamPool:
         """The most recently used idle connection young enough to trust, or None."""
         while self.idle:
             connection, idle_since = self.idle.popitem()
-            if connection.closed:
-                continue
+            if connection.closed or connection.transport is None or connection.transport.is_closing():
+                continue  # the server closed it (its close callback may not have run yet)
             if time.monotonic() - idle_since <= self.max_idle_s:
                 return connection
             connection.abort()
@@ -1060,7 +1063,7 @@ class Exchange:
 
     __slots__ = (
         "proxy", "client", "head", "body", "request_id", "measured", "read_done_at", "admitted_at", "task",
-        "upstream", "reused", "finished", "holds_slot", "waiting_admission", "phase", "response_head",
+        "upstream", "reused", "finished", "holds_slot", "resend", "phase", "response_head",
         "status_code", "decoder", "remaining", "forward_decoded", "meter", "upstream_reusable", "last_upstream_at",
         "timeout_handle", "client_paused", "headers_sent", "model", "stream", "timings", "response_started",
         "fields_read", "_loop",
@@ -1083,7 +1086,7 @@ class Exchange:
         self.reused = False
         self.finished = False
         self.holds_slot = False
-        self.waiting_admission = False
+        self.resend = b""
         self.phase = _HEAD
         self.response_head = bytearray()
         self.status_code = 0
@@ -1130,11 +1133,7 @@ class Exchange:
     async def _wait_and_send(self, *, fresh: bool = False) -> None:
         try:
             if self.measured and not self.holds_slot:
-                self.waiting_admission = True
-                try:
-                    await self.proxy.admission.acquire()
-                finally:
-                    self.waiting_admission = False
+                await self.proxy.admission.acquire()
                 self.holds_slot = True
                 self.admitted_at = time.monotonic()
                 if self.finished:  # handed a slot just as the caller went away
@@ -1162,7 +1161,10 @@ class Exchange:
         self.reused = reused
         upstream.exchange = self
         assert upstream.transport is not None
-        upstream.transport.write(self._upstream_request())
+        request = self.resend or self._upstream_request()
+        upstream.transport.write(request)
+        # On a pooled connection the request may have to go again (see on_upstream_lost): kept until the answer starts.
+        self.resend = request if reused else b""
         self.last_upstream_at = time.monotonic()
         self._arm_timeout()
         if not self.fields_read:
@@ -1211,13 +1213,14 @@ class Exchange:
             self.stream = payload.get("stream") is True
         self.body = b""  # the prompt is not kept (and never logged)
 
-
     # -- upstream callbacks (the hot path: one call per chunk read from vLLM) --
 
     def on_upstream_data(self, data: bytes) -> None:
         now = time.monotonic()
         self.last_upstream_at = now
-        self.response_started = True
+        if not self.response_started:
+            self.response_started = True
+            self.resend = b""
         try:
             if self.phase == _HEAD:
                 self._on_head_data(data, now)
@@ -1346,8 +1349,10 @@ class Exchange:
         if self.phase == _BODY_UNTIL_CLOSE:
             self._complete()
         elif not self.response_started and self.reused:
-            # A pooled connection the server closed as the request went out (the keep-alive race): the server never
-            # read the request, so it is sent again, once, on a fresh connection.
+            # A pooled connection that closed before a single response byte: almost always the keep-alive race (the
+            # server closed it idle as the request went out, and never read it), so the request goes again, once, on
+            # a fresh connection. A server that died mid-request refuses that connection (502): at worst a request a
+            # dead server had begun is begun again.
             self.reused = False
             if self.timeout_handle is not None:
                 self.timeout_handle.cancel()

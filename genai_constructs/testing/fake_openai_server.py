@@ -523,7 +523,8 @@ class _FakeConnection(asyncio.Protocol):
 
     def write_response(self, status: int, content_type: bytes, body: bytes) -> None:
         reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed"}.get(status, b"Error")
-        self.write(b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-length: %d\r\ncontent-type: %s\r\n%s\r\n%s"
+        self.write(b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-length: %d\r\n"
+                   b"content-type: %s\r\n%s\r\n%s"
                    % (status, reason, _http_date(), len(body), content_type,
                       b"connection: close\r\n" if self.close_after else b"", body))
 

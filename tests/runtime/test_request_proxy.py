@@ -419,12 +419,15 @@ def test_a_pooled_connection_closed_by_the_server_is_retried_on_a_fresh_one(emf:
     listener = socket.create_server(("127.0.0.1", 0))
     answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
     served: list[int] = []
+    requests: list[bytes] = []
 
     def handle(connection: socket.socket) -> None:
         with connection:
-            if connection.recv(65536).startswith(b"GET /metrics"):  # the proxy's gauge scrape
+            request = connection.recv(65536)
+            if request.startswith(b"GET /metrics"):  # the proxy's gauge scrape
                 connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                 return
+            requests.append(request)
             served.append(len(served) + 1)
             connection.sendall(answer)  # keep-alive: the proxy pools this connection
             if served == [1]:
@@ -447,6 +450,8 @@ def test_a_pooled_connection_closed_by_the_server_is_retried_on_a_fresh_one(emf:
         proxy.close()
         listener.close()
     assert served == [1, 2]  # the second request was answered on a second connection
+    body = requests[-1].split(b"\r\n\r\n", 1)[1]
+    assert json.loads(body) == completion(stream=False)  # sent again whole, body included
     assert [record["status"] for record in emf.wait_requests(2)] == ["ok", "ok"]
 
 
