@@ -131,7 +131,17 @@ MAX_SCRAPE_BYTES = 8 * 1024 * 1024
 MEASURED_PATHS = frozenset({b"/v1/completions", b"/v1/chat/completions"})
 """The OpenAI-compatible generation endpoints; a POST to one of them is a measured, admitted request."""
 STATUSES = ("ok", "client_error", "server_error", "cancelled", "upstream_unavailable", "timeout")
-"""The values of a record's ``status`` (public: the docs and the Logs Insights queries group by them)."""
+"""The values of a record's ``status`` (public: the docs and the Logs Insights queries group by them):
+
+* ``ok``: the whole response reached the caller, with a status below 400;
+* ``client_error``: the model server answered 4xx (passed through as it was);
+* ``server_error``: it answered 5xx, or sent a malformed response, or closed the connection mid-response, or the
+  proxy's shutdown cut the stream after the drain;
+* ``cancelled``: the caller went away first (while queued, or mid-stream; the model server's request is aborted);
+* ``upstream_unavailable``: the model server could not be reached, or closed the connection before answering (502);
+* ``timeout``: the model server sent nothing for ``--upstream-timeout-s`` (504, or a cut stream once headers went).
+
+``http_status`` is the status the caller got (null when it left before any)."""
 
 # RFC 9110 section 7.6.1: fields that describe one connection, never forwarded (plus those Connection names).
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding", b"upgrade"})

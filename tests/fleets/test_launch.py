@@ -500,7 +500,7 @@ def test_request_proxy_and_sidecar_start_with_the_contracts_flags(
     proxy, sidecar = _calls(world["tmp"] / "calls.log")
     assert proxy.split() == [
         "python3", "/opt/genai/request_proxy.py", "--listen", "0.0.0.0:8000", "--upstream", "127.0.0.1:18000",
-        "--max-concurrency", "37", "--keep-alive-s", "360", "--drain-s", "300",
+        "--max-concurrency", "37", "--keep-alive-s", "360", "--upstream-keep-alive-s", "360", "--drain-s", "300",
         "--emf-address", "tcp:127.0.0.1:25888", "--namespace", "NS", "--fleet", "chat", "--model-version", "7",
         "--log-group", "/genai/chat", "--instance-id", "i-0123456789abcdef0", "--availability-zone", "us-east-1b",
         "--metrics-interval-s", "10"]

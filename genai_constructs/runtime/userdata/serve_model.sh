@@ -119,6 +119,7 @@ proxy() {
   zone=$(imds placement/availability-zone) || die "no availability zone from IMDS"
   exec python3 "${GENAI_HOME}/request_proxy.py" --listen "0.0.0.0:${SERVER_PORT}" \
     --upstream "127.0.0.1:${UPSTREAM_PORT}" --max-concurrency "${MAX_NUM_SEQS}" --keep-alive-s "${KEEP_ALIVE_S}" \
+    --upstream-keep-alive-s "${KEEP_ALIVE_S}" \
     --drain-s "${DRAIN_S}" --emf-address tcp:127.0.0.1:25888 --namespace "${METRIC_NAMESPACE}" \
     --fleet "${FLEET_NAME}" --model-version "${MODEL_VERSION}" --log-group "${LOG_GROUP_NAME}" \
     --instance-id "${instance_id}" --availability-zone "${zone}" --metrics-interval-s 10
