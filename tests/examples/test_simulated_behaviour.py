@@ -1,0 +1,23 @@
+"""The synthesized chat example itself (not a hand-trimmed fixture) replayed through the fleet simulator: the
+scaling the template carries scales out under load and back to its minimum when the traffic stops. The simulator's
+rules (target tracking, alarms, missing data, warm pool and hook) are documented and tested in tests/simulation."""
+
+from __future__ import annotations
+
+from examples import STACK_NAMES
+from genai_constructs.simulation import build_workload, read_template, simulate
+from tests.simulation.support import steady_trace
+from tests.support import Synthesized
+
+
+def test_the_synthesized_chat_fleet_scales_out_under_load_and_in_to_its_minimum_when_idle(
+    examples_synth: Synthesized,
+) -> None:
+    template = examples_synth.outdir / f"{STACK_NAMES['realtime_chat']}.template.json"
+    fleet = read_template(template)
+    assert fleet.unmodelled == ()  # every policy and alarm of the template is one the simulator runs
+    # 2.6 requests/s of 1,024 + 200 tokens for an hour (more than two g6.xlarge hold), then two idle hours.
+    report = simulate(fleet, build_workload(steady_trace(2.6), hours=3, scenario="stop"))
+    assert report.peak_instances > 2
+    assert report.final_instances == 2  # the example's MinSize
+    assert report.scale_in_activities >= 1
