@@ -450,7 +450,6 @@ RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 """Code that runs on the instances (genai_constructs/runtime)."""
 SERVING_RUNTIME_FILES = ("health_sidecar.py", "request_proxy.py")
 """The serving instance's Python programs, shipped as one S3 asset (``runtime_code_key``) or in the user data."""
-_RUNTIME_DIR = RUNTIME_DIR
 
 
 def _minified_python(source: str) -> str:
@@ -469,7 +468,7 @@ def _minified_python(source: str) -> str:
 
 def _python_payload(name: str) -> str:
     """``runtime/<name>`` minified, gzipped and base64-encoded: the user data decodes it onto the instance."""
-    source = _minified_python((_RUNTIME_DIR / name).read_text())
+    source = _minified_python((RUNTIME_DIR / name).read_text())
     return b64encode(gzip.compress(source.encode(), mtime=0)).decode()
 
 
@@ -488,7 +487,7 @@ def _without_comment_lines(script: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def _template(name: str) -> str:
+def user_data_template(name: str) -> str:
     """``userdata/common.sh`` (logging, the manifest check, instance metadata, the launch lifecycle hook), then the
     body ``userdata/<name>``: what goes below a boot script's settings block.
 
@@ -496,7 +495,7 @@ def _template(name: str) -> str:
     and indentation are dropped (bash needs none of them, and the scripts hold no multi-line literal whose
     indentation matters): user data is capped at 16 KB.
     """
-    text = "".join(_without_comment_lines((_RUNTIME_DIR / "userdata" / part).read_text())
+    text = "".join(_without_comment_lines((RUNTIME_DIR / "userdata" / part).read_text())
                    for part in ("common.sh", name))
     return "".join(line.lstrip() + "\n" for line in text.splitlines())
 
@@ -565,7 +564,7 @@ def render_serving_user_data(settings: ServingUserData) -> str:
     if environment:  # values are literal on purpose: a '$' in one must reach the container unexpanded
         lines.append("# shellcheck disable=SC2016")
     lines.append(f"readonly -a SERVER_ENV=({environment})")
-    return "\n".join(lines) + "\n" + _template(SERVING_USER_DATA_TEMPLATE)
+    return "\n".join(lines) + "\n" + user_data_template(SERVING_USER_DATA_TEMPLATE)
 
 
 EVERY_BOOT_CLOUD_CONFIG = """#cloud-config

@@ -117,7 +117,7 @@ is small (a few GiB at most), so 15 minutes covers its download and verification
 MANIFEST_NAME = "SHA256SUMS"
 """The encoder's sha256 manifest at the top of the model prefix, in ``sha256sum`` format: the same format and rules
 as the inference fleet's (every file listed, every listed file matching)."""
-_USER_DATA_BODY = _launch._template("embed_worker.sh")
+_USER_DATA_BODY = _launch.user_data_template("embed_worker.sh")
 """The boot script below the settings: the shared ``runtime/userdata/common.sh`` (manifest check, instance metadata,
 launch hook), then ``runtime/userdata/embed_worker.sh``."""
 
