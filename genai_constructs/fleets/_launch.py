@@ -187,8 +187,9 @@ def alarm_topic(scope: Construct, id: str, *, key: kms.IKey, display_name: str) 
 
 
 LIFECYCLE_HEARTBEAT_MAX_S = 7200
-"""The largest heartbeat timeout EC2 Auto Scaling accepts (PutLifecycleHook ``HeartbeatTimeout``: 30-7200 s)."""
 LIFECYCLE_HEARTBEAT_MIN_S = 30
+"""The range of heartbeat timeouts EC2 Auto Scaling accepts (PutLifecycleHook ``HeartbeatTimeout``: 30-7200 s); a
+longer download stays alive through the boot script's heartbeats, each of which restarts the timeout."""
 
 
 def add_launch_hook(group: autoscaling.AutoScalingGroup, *, heartbeat_s: int) -> autoscaling.LifecycleHook:
