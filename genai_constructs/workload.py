@@ -98,6 +98,22 @@ class ModelShape(_Frozen):
     vocabulary: int = Field(gt=0, description="Vocabulary size.")
     max_context: int = Field(gt=0, description="Longest sequence (prompt + output) the model accepts, in tokens.")
     precision: Precision = Field(default=Precision.BF16, description="Numeric format of the served weights.")
+    experts: int | None = Field(
+        default=None,
+        gt=1,
+        description="Mixture-of-experts: routed experts per MoE layer (num_local_experts / num_experts); None: dense.",
+    )
+    experts_per_token: int | None = Field(
+        default=None,
+        gt=0,
+        description="Mixture-of-experts: experts each token is routed to (num_experts_per_tok); None: dense.",
+    )
+    active_parameters_billion: float | None = Field(
+        default=None,
+        gt=0,
+        description="Mixture-of-experts: parameters one token passes through, in billions (the model card's "
+        "'active' count). Memory holds parameters_billion; decode reads and multiplies the active ones. None: dense.",
+    )
 
     @model_validator(mode="after")
     def _heads_consistent(self) -> ModelShape:
@@ -106,7 +122,50 @@ class ModelShape(_Frozen):
                 f"attention_heads ({self.attention_heads}) must be a multiple of kv_heads ({self.kv_heads}): "
                 "set kv_heads to a divisor of attention_heads (equal for multi-head attention)"
             )
+        moe = (self.experts, self.experts_per_token, self.active_parameters_billion)
+        if any(v is not None for v in moe) and any(v is None for v in moe):
+            raise ValueError(
+                f"experts ({self.experts}), experts_per_token ({self.experts_per_token}) and "
+                f"active_parameters_billion ({self.active_parameters_billion}) describe a mixture-of-experts model "
+                "together: give all three, or none for a dense model"
+            )
+        if self.experts is not None and self.experts_per_token is not None and self.experts_per_token >= self.experts:
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) must be fewer than experts ({self.experts}): "
+                "a token is routed to a few of the experts (e.g. 2 of 8)"
+            )
+        if self.active_parameters_billion is not None and self.active_parameters_billion >= self.parameters_billion:
+            raise ValueError(
+                f"active_parameters_billion ({self.active_parameters_billion}) must be below parameters_billion "
+                f"({self.parameters_billion}): a mixture-of-experts model activates a fraction of its weights"
+            )
         return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts is not None
+
+    @property
+    def decode_parameters_billion(self) -> float:
+        """Parameters one token passes through: all of them for a dense model, the active ones for MoE."""
+        return self.active_parameters_billion if self.active_parameters_billion is not None else self.parameters_billion
+
+    @property
+    def expert_parameters_billion(self) -> float:
+        """Parameters of one routed expert summed over every MoE layer (0 for a dense model).
+
+        From total = shared + experts x expert and active = shared + experts_per_token x expert.
+        """
+        if self.experts is None or self.experts_per_token is None or self.active_parameters_billion is None:
+            return 0.0
+        return (self.parameters_billion - self.active_parameters_billion) / (self.experts - self.experts_per_token)
+
+    @property
+    def shared_parameters_billion(self) -> float:
+        """Parameters every token uses (attention, embeddings, norms, shared experts): all of a dense model."""
+        if self.experts_per_token is None:
+            return self.parameters_billion
+        return self.decode_parameters_billion - self.experts_per_token * self.expert_parameters_billion
 
     @computed_field(description="Bytes of weights as served.")  # type: ignore[prop-decorator]
     @property
