@@ -153,8 +153,16 @@ class InferencePlan(_Plan):
 
     kind: Literal["inference"] = "inference"
     traffic: RealtimeTraffic
-    devices_per_replica: int = Field(description="Tensor-parallel degree; every device of the instance.")
-    concurrency_per_instance: int = Field(description="Sequences one instance serves at planned load (server cap).")
+    devices_per_replica: int = Field(description="Tensor-parallel degree of one model replica (devices it spans).")
+    replicas_per_instance: int = Field(
+        default=1,
+        description="Model replicas (one server process each) per instance: accelerator_count / devices_per_replica "
+        "when the planner finds several narrow replicas cheaper than one wide one.",
+    )
+    concurrency_per_instance: int = Field(
+        description="Sequences one instance serves at planned load: replicas_per_instance x the planned concurrency "
+        "of one replica (the scaling target)."
+    )
     estimate: Estimate = Field(description="At the planned per-instance concurrency.")
     server: ServerSettings = Field(description="The model server's start-up settings, checked against vLLM's rules.")
     usd_per_hour_at_peak: float | None = Field(description="max_instances on-demand.")
