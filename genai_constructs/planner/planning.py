@@ -13,9 +13,10 @@ from genai_constructs.errors import (
     ServerStartupError,
 )
 from genai_constructs.planner.catalog import InstanceType, load_catalog
-from genai_constructs.planner.estimate import DEFAULT_RUNTIME, GIB, RUNTIMES, estimate
+from genai_constructs.planner.estimate import DEFAULT_RUNTIME, GIB, RUNTIMES, estimate, valid_device_counts
 from genai_constructs.planner.plans import EmbeddingPlan, Estimate, InferencePlan, PlanOption, ServerSettings
 from genai_constructs.planner.server_settings import VLLM_VERSION, derive_server_settings, startup_findings
+from genai_constructs.planner.startup import time_to_serving
 from genai_constructs.workload import (
     DEFAULT_MAX_REQUEST_TOKENS_FACTOR,
     DEFAULT_MAX_REQUEST_TOKENS_FLOOR,
@@ -143,7 +144,7 @@ def _check_positive(name: str, **values: float) -> None:
 
 
 def _max_concurrency_meeting(
-    model: ModelShape, instance: InstanceType, traffic: RealtimeTraffic, runtime: str, limit: int
+    model: ModelShape, instance: InstanceType, traffic: RealtimeTraffic, runtime: str, limit: int, *, devices: int
 ) -> tuple[int, Estimate]:
     """Largest concurrency whose TPOT and loaded TTFT meet the targets (TPOT grows monotonically with batch)."""
 
@@ -151,6 +152,7 @@ def _max_concurrency_meeting(
         return estimate(
             model,
             instance,
+            devices=devices,
             concurrency=concurrency,
             prompt_tokens=traffic.prompt_tokens,
             output_tokens=traffic.output_tokens,
@@ -177,6 +179,17 @@ def _max_concurrency_meeting(
     return low, best
 
 
+def _replica_widths(model: ModelShape, instance: InstanceType) -> list[int]:
+    """Devices one replica may span on ``instance``: every count that divides the instance's devices (so replicas
+    tile it exactly) and whose tensor-parallel ranks divide the attention heads (vLLM refuses otherwise:
+    ``ModelConfig.verify_with_parallel_config``), widest first.
+
+    Narrow replicas avoid tensor-parallel all-reduces and each brings its own step overhead in parallel; a wide one
+    pools the KV cache and, for a model that barely fits, is the only choice. The planner prices each layout.
+    """
+    return sorted(valid_device_counts(model, instance), reverse=True)
+
+
 def plan_inference(
     model: ModelShape,
     traffic: RealtimeTraffic,
@@ -184,10 +197,12 @@ def plan_inference(
     runtime: str = DEFAULT_RUNTIME,
     instance_types: Iterable[str] | None = None,
     include_neuron: bool = INCLUDE_NEURON_DEFAULT,
+    region: str | None = None,
 ) -> InferencePlan:
     """The cheapest fleet that serves ``traffic`` within its p95 targets with headroom, over the whole catalog.
 
-    One model replica per instance, tensor-parallel over all of its devices. ``instance_types`` restricts the search
+    Each instance type is weighed with every replica layout its devices allow (one wide tensor-parallel replica, or
+    several narrower ones side by side; see ``_replica_widths``). ``instance_types`` restricts the search
     (e.g. an override); ``include_neuron`` lets Inferentia2/Trainium compete (see INCLUDE_NEURON_DEFAULT).
     """
     if model.kind != "decoder":
@@ -203,71 +218,86 @@ def plan_inference(
             f"({model.max_context}): shorten prompts or outputs"
         )
     candidates = _candidates(instance_types, include_neuron)
-    ranked: list[tuple[tuple[float, float, float], InstanceType, int, Estimate, ServerSettings]] = []
+    ranked: list[tuple[tuple[float, float, float], InstanceType, int, Estimate, ServerSettings, int]] = []
     unpriced: list[PlanOption] = []
     refused: list[tuple[ServerSettings, InstanceType, list[tuple[str, str]]]] = []
     best_fitting: tuple[float, InstanceType] | None = None
     largest_shortfall: tuple[float, InstanceType, float] | None = None
     best_tpot: tuple[float, InstanceType] | None = None
     for instance in candidates:
-        probe = estimate(
-            model,
-            instance,
-            concurrency=1,
-            prompt_tokens=traffic.prompt_tokens,
-            output_tokens=traffic.output_tokens,
-            runtime=runtime,
-        )
-        heads_ok = instance.is_neuron or model.attention_heads % instance.accelerator_count == 0
-        if not probe.fits or not heads_ok:
-            shortfall = -probe.memory.free_gib
-            if largest_shortfall is None or probe.memory.total_gib > largest_shortfall[2]:
-                largest_shortfall = (shortfall, instance, probe.memory.total_gib)
-            continue
-        if best_fitting is None or probe.memory.total_gib > best_fitting[0]:
-            best_fitting = (probe.memory.total_gib, instance)
-        if best_tpot is None or probe.tpot_ms < best_tpot[0]:
-            best_tpot = (probe.tpot_ms, instance)
-        max_ok, at_max = _max_concurrency_meeting(model, instance, traffic, runtime, probe.memory.max_concurrency)
-        if max_ok == 0:
-            continue
-        planned = max(1, math.floor(max_ok * (1 - traffic.headroom)))
-        e = estimate(
-            model,
-            instance,
-            concurrency=planned,
-            prompt_tokens=traffic.prompt_tokens,
-            output_tokens=traffic.output_tokens,
-            runtime=runtime,
-        )
-        # The server's cap is the highest concurrency that still meets both p95 targets: above it, requests wait
-        # rather than slow everyone down. Scaling aims below it, at the planned concurrency (the headroom is the
-        # room a burst uses while the fleet scales out).
-        server = derive_server_settings(
-            model, traffic, instance, devices=e.devices, max_num_seqs=max_ok, runtime=runtime
-        )
-        findings = startup_findings(server, model, instance)
-        if findings:
-            refused.append((server, instance, findings))
-            continue
-        instances = max(traffic.min_instances, math.ceil(traffic.concurrent_sessions / planned))
-        if instance.on_demand_usd_per_hour is None:
-            unpriced.append(
-                PlanOption(
-                    instance_type=instance.instance_type,
-                    devices_per_replica=e.devices,
-                    instances=instances,
-                    usd_per_hour=None,
-                    usd_per_million_tokens=None,
-                    tpot_ms=e.tpot_ms,
-                    note="no public on-demand price: not ranked on cost",
-                )
+        for devices in _replica_widths(model, instance):
+            probe = estimate(
+                model,
+                instance,
+                devices=devices,
+                concurrency=1,
+                prompt_tokens=traffic.prompt_tokens,
+                output_tokens=traffic.output_tokens,
+                runtime=runtime,
             )
-            continue
-        fleet_cost = instance.on_demand_usd_per_hour * instances
-        per_million = instance.on_demand_usd_per_hour / (e.output_tokens_per_s * 3600) * 1e6
-        ranked.append(((fleet_cost, per_million, e.tpot_ms), instance, instances, e, server))
+            if not probe.fits:
+                if devices == instance.accelerator_count:
+                    shortfall = -probe.memory.free_gib
+                    if largest_shortfall is None or probe.memory.total_gib > largest_shortfall[2]:
+                        largest_shortfall = (shortfall, instance, probe.memory.total_gib)
+                continue
+            if best_fitting is None or probe.memory.total_gib > best_fitting[0]:
+                best_fitting = (probe.memory.total_gib, instance)
+            if best_tpot is None or probe.tpot_ms < best_tpot[0]:
+                best_tpot = (probe.tpot_ms, instance)
+            max_ok, _ = _max_concurrency_meeting(
+                model, instance, traffic, runtime, probe.memory.max_concurrency, devices=devices
+            )
+            if max_ok == 0:
+                continue
+            planned = max(1, math.floor(max_ok * (1 - traffic.headroom)))
+            e = estimate(
+                model,
+                instance,
+                devices=devices,
+                concurrency=planned,
+                prompt_tokens=traffic.prompt_tokens,
+                output_tokens=traffic.output_tokens,
+                runtime=runtime,
+            )
+            # The server's cap is the highest concurrency that still meets both p95 targets: above it, requests wait
+            # rather than slow everyone down. Scaling aims below it, at the planned concurrency (the headroom is the
+            # room a burst uses while the fleet scales out).
+            server = derive_server_settings(
+                model, traffic, instance, devices=devices, max_num_seqs=max_ok, runtime=runtime
+            )
+            findings = startup_findings(server, model, instance)
+            if findings:
+                refused.append((server, instance, findings))
+                continue
+            replicas = instance.accelerator_count // devices
+            per_instance = planned * replicas
+            instances = max(traffic.min_instances, math.ceil(traffic.concurrent_sessions / per_instance))
+            if instance.on_demand_usd_per_hour is None:
+                unpriced.append(
+                    PlanOption(
+                        instance_type=instance.instance_type,
+                        devices_per_replica=devices,
+                        replicas_per_instance=replicas,
+                        instances=instances,
+                        usd_per_hour=None,
+                        usd_per_million_tokens=None,
+                        tpot_ms=e.tpot_ms,
+                        note="no public on-demand price: not ranked on cost",
+                    )
+                )
+                continue
+            fleet_cost = instance.on_demand_usd_per_hour * instances
+            per_million = instance.on_demand_usd_per_hour / (e.output_tokens_per_s * replicas * 3600) * 1e6
+            ranked.append(((fleet_cost, per_million, e.tpot_ms), instance, instances, e, server, replicas))
 
+    # One unpriced line per instance type (its layout needing the fewest instances), not one per layout.
+    fewest: dict[str, PlanOption] = {}
+    for option in unpriced:
+        kept = fewest.get(option.instance_type)
+        if kept is None or option.instances < kept.instances:
+            fewest[option.instance_type] = option
+    unpriced = list(fewest.values())
     if not ranked and refused:
         refused.sort(key=lambda item: -item[0].kv_cache_gib_available)
         shown = [f"  - {sentence}" for _, _, found in refused[:MAX_STARTUP_FAILURES_SHOWN] for _, sentence in found]
@@ -297,7 +327,7 @@ def plan_inference(
         )
 
     ranked.sort(key=lambda item: item[0])
-    (fleet_cost, per_million, _), chosen, instances, e, server = ranked[0]
+    (fleet_cost, per_million, _), chosen, instances, e, server, replicas = ranked[0]
     bottleneck_family, cost_lever = _guide(chosen.family)
     dominant = max(
         ("weights", "kv_cache", "tensor_parallel", "prefill_interleave", "gemm_compute", "host_floor"),
@@ -308,8 +338,18 @@ def plan_inference(
     )
     reasons = [
         f"{model.name} in {model.precision.value} needs {e.memory.weights_gib:.1f} GiB of weights; "
-        f"{chosen.instance_type} has {e.memory.total_gib:.1f} GiB over {e.devices} {chosen.accelerator.name} device(s).",
-        f"At {e.concurrency} concurrent sequences per instance the predicted TPOT is {e.tpot_ms:.1f} ms "
+        f"{chosen.instance_type} has {chosen.total_accelerator_memory_gib:.1f} GiB over {chosen.accelerator_count} "
+        f"{chosen.accelerator.name} device(s); "
+        + (
+            f"one replica spans all {e.devices} ({e.memory.total_gib:.1f} GiB)."
+            if replicas == 1
+            else f"it runs {replicas} replicas of {e.devices} device(s) each ({e.memory.total_gib:.1f} GiB per "
+            f"replica), cheaper than one replica over all {chosen.accelerator_count}: no all-reduce between replicas "
+            "and each steps its own batch."
+        ),
+        f"At {e.concurrency} concurrent sequences per replica "
+        + (f"({e.concurrency * replicas} per instance) " if replicas > 1 else "")
+        + f"the predicted TPOT is {e.tpot_ms:.1f} ms "
         f"(target {traffic.tpot_target_ms:.1f} ms) and TTFT {e.ttft_ms:.0f} ms unloaded (target {traffic.p95_ttft_ms:.0f} ms).",
         f"Per-instance concurrency is planned at {1 - traffic.headroom:.0%} of the highest that meets the targets "
         f"({traffic.headroom:.0%} headroom), so {traffic.concurrent_sessions} sessions need {instances} instance(s) "
@@ -332,13 +372,14 @@ def plan_inference(
         PlanOption(
             instance_type=i.instance_type,
             devices_per_replica=alt.devices,
+            replicas_per_instance=alt_replicas,
             instances=n,
             usd_per_hour=i.on_demand_usd_per_hour,
             usd_per_million_tokens=round(key[1], 3),
             tpot_ms=alt.tpot_ms,
             note=f"${key[0]:.2f}/h at peak",
         )
-        for key, i, n, alt, _ in ranked[1:6]
+        for key, i, n, alt, _, alt_replicas in ranked[1:6]
     ] + unpriced
     return InferencePlan(
         model=model,
@@ -347,7 +388,8 @@ def plan_inference(
         family=chosen.family,
         accelerator=chosen.accelerator.name,
         devices_per_replica=e.devices,
-        concurrency_per_instance=e.concurrency,
+        replicas_per_instance=replicas,
+        concurrency_per_instance=e.concurrency * replicas,
         min_instances=traffic.min_instances,
         max_instances=instances,
         estimate=e,
@@ -428,6 +470,7 @@ def plan_embedding(
     *,
     instance_types: Iterable[str] | None = None,
     include_neuron: bool = INCLUDE_NEURON_DEFAULT,
+    region: str | None = None,
 ) -> EmbeddingPlan:
     """The cheapest fleet per million embedded tokens that finishes the backlog within the deadline (less headroom)."""
     if model.kind != "encoder":
@@ -441,7 +484,19 @@ def plan_embedding(
         )
     candidates = _candidates(instance_types, include_neuron)
     sequence = min(traffic.sequence_tokens, traffic.tokens_per_document)
-    usable_hours = traffic.deadline_hours * (1 - traffic.headroom)
+    # Every worker boots, pulls the image, downloads and loads the encoder before it takes work: that time comes out
+    # of the deadline (a fleet that scales from zero starts all its workers at once).
+    startup = time_to_serving(model.weight_bytes / GIB, "cold")
+    startup_hours = startup.total_s / 3600
+    usable_hours = traffic.deadline_hours * (1 - traffic.headroom) - startup_hours
+    if usable_hours <= 0:
+        raise DeadlineUnreachableError(
+            f"BatchTraffic.deadline_hours ({traffic.deadline_hours:g}) leaves no time to work: less "
+            f"{traffic.headroom:.0%} headroom it is {traffic.deadline_hours * (1 - traffic.headroom) * 60:.1f} min, "
+            f"and a worker needs {startup.total_s / 60:.1f} min to start ("
+            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in startup.terms_s.items())
+            + f"); give a deadline of at least {(startup_hours / (1 - traffic.headroom)) * 60 * 1.5:.0f} min"
+        )
     rates: dict[str, float] = {}
     ranked = []
     unpriced: list[PlanOption] = []
@@ -483,7 +538,8 @@ def plan_embedding(
     (per_million, _), chosen, instances, rate = ranked[0]
     workers = chosen.accelerator_count
     documents_per_s = rate / traffic.tokens_per_document
-    hours = traffic.total_tokens / (rate * instances) / 3600
+    work_hours = traffic.total_tokens / (rate * instances) / 3600
+    hours = work_hours + startup_hours
     bottleneck_family, cost_lever = _guide(chosen.family)
     cpu_bound = rate < encoder_tokens_per_s(model, chosen.model_copy(update={"vcpu": 10**6}), sequence)
     bottleneck = (
@@ -499,7 +555,8 @@ def plan_embedding(
         f"{traffic.documents:,} documents x {traffic.tokens_per_document} tokens = {traffic.total_tokens:,} tokens.",
         f"{chosen.instance_type} embeds ~{rate:,.0f} tokens/s ({workers} worker(s), one per {chosen.accelerator.name}, "
         f"at {ENCODER_COMPUTE_EFFICIENCY:.0%} of dense peak for {sequence}-token chunks).",
-        f"{instances} instance(s) finish in {hours:.1f} h, inside {traffic.deadline_hours} h less "
+        f"{instances} instance(s) finish in {hours:.1f} h ({startup.total_s / 60:.0f} min of worker start-up, then "
+        f"{work_hours:.1f} h of work), inside {traffic.deadline_hours} h less "
         f"{traffic.headroom:.0%} headroom ({usable_hours:.1f} h).",
         f"${chosen.on_demand_usd_per_hour:.3f}/h on-demand gives ${per_million:.4f} per 1M tokens, the cheapest of "
         f"{len(ranked)} options that meet the deadline" + (" (Spot lowers it further)." if spot else "."),
@@ -532,6 +589,7 @@ def plan_embedding(
         min_instances=0,
         max_instances=instances,
         hours_to_finish=round(hours, 2),
+        worker_startup_s=startup.total_s,
         usd_per_hour=chosen.on_demand_usd_per_hour,
         usd_per_million_tokens=round(per_million, 5),
         spot=spot,

@@ -121,6 +121,7 @@ class PlanOption(_Result):
 
     instance_type: str
     devices_per_replica: int
+    replicas_per_instance: int = 1
     instances: int
     usd_per_hour: float | None
     usd_per_million_tokens: float | None
@@ -182,7 +183,12 @@ class EmbeddingPlan(_Plan):
     tokens_per_s_per_instance: float
     documents_per_s_per_instance: float
     seconds_per_document: float = Field(description="One document through one worker, for visibility timeouts.")
-    hours_to_finish: float = Field(description="Backlog time at max_instances; min_instances is 0 (scale to zero).")
+    hours_to_finish: float = Field(
+        description="Wall-clock hours at max_instances, worker start-up included; min_instances is 0 (scale to zero)."
+    )
+    worker_startup_s: float = Field(
+        default=0.0, description="Seconds from launch until a worker takes work (planner/startup.py, cold path)."
+    )
     usd_per_million_tokens: float | None
     spot: bool
     spot_instance_types: list[str] = Field(description="Equivalent types for a Spot mixed-instances policy.")

@@ -176,9 +176,28 @@ def test_fails_decoder_given_to_the_embedding_planner():
 
 
 def test_fails_deadline_no_fleet_can_meet():
-    traffic = BatchTraffic(documents=10**10, tokens_per_document=2000, deadline_hours=0.1)
-    with pytest.raises(DeadlineUnreachableError, match=r"deadline_hours \(0.1\) cannot be met .* the fastest option"):
+    traffic = BatchTraffic(documents=10**11, tokens_per_document=2000, deadline_hours=1)
+    with pytest.raises(DeadlineUnreachableError, match=r"deadline_hours \(1\) cannot be met .* the fastest option"):
         plan_embedding(ModelShape.preset("e5-large-v2"), traffic)
+
+
+def test_fails_deadline_shorter_than_a_workers_start_up():
+    # Six minutes less 20 % headroom is 4.8 min: no worker has booted, pulled its image and loaded the encoder yet.
+    traffic = BatchTraffic(documents=10, tokens_per_document=100, deadline_hours=0.1)
+    with pytest.raises(DeadlineUnreachableError) as error:
+        plan_embedding(ModelShape.preset("e5-large-v2"), traffic)
+    message = str(error.value)
+    assert "deadline_hours (0.1) leaves no time to work" in message
+    assert "image_pull" in message and "give a deadline of at least" in message
+
+
+def test_batch_hours_include_worker_start_up():
+    # A tiny backlog finishes in seconds of work, but the job takes as long as a worker's start-up.
+    plan = plan_embedding(
+        ModelShape.preset("bge-base-en-v1.5"), BatchTraffic(documents=1000, tokens_per_document=200, deadline_hours=4)
+    )
+    assert plan.worker_startup_s > 240  # boot + image pull + server start, each over a minute (data/startup.json)
+    assert plan.hours_to_finish * 3600 >= plan.worker_startup_s
 
 
 def test_fails_traffic_longer_than_the_context():
