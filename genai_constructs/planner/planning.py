@@ -530,9 +530,10 @@ def plan_embedding(
         if fastest is None:
             raise ModelDoesNotFitError(f"{model.name} fits no accelerator in the catalog")
         raise DeadlineUnreachableError(
-            f"BatchTraffic.deadline_hours ({traffic.deadline_hours}) cannot be met for {traffic.total_tokens:,} tokens "
+            f"BatchTraffic.deadline_hours ({traffic.deadline_hours:g}) cannot be met for {traffic.total_tokens:,} tokens "
             f"of {model.name}: the fastest option, {MAX_BATCH_INSTANCES} x {fastest[1].instance_type}, needs "
-            f"{fastest[0] / (1 - traffic.headroom):.1f} h; extend the deadline or split the backlog"
+            f"{(fastest[0] + startup_hours) / (1 - traffic.headroom):.1f} h with {traffic.headroom:.0%} headroom "
+            f"({startup.total_s / 60:.0f} min of it worker start-up); extend the deadline or split the backlog"
         )
     ranked.sort(key=lambda item: item[0])
     (per_million, _), chosen, instances, rate = ranked[0]
