@@ -8,11 +8,28 @@ the value and the fix (see :func:`genai_constructs.errors`), never a bare pydant
 from __future__ import annotations
 
 import difflib
+import json
 import math
+import os
+import types
+import typing
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Literal
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from genai_constructs.errors import GenaiConstructsError, UnknownPresetError
 
@@ -55,14 +72,45 @@ _BYTES_PER_PARAMETER: dict[Precision, float] = {
 }
 
 
+def _is_number_field(annotation: Any) -> bool:
+    """Whether a field holds an int or float (optionally None), not a bool, str or enum."""
+    if annotation in (int, float):
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return bool(members) and all(a in (int, float) for a in members)
+    return False
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    _NUMBER_FIXES: ClassVar[dict[str, tuple[str, str]]] = {}
+    """Per field: the unit after 'whole number' / 'number', and the fix, where the field description is not enough."""
 
     def __init__(self, /, **data: Any) -> None:
         try:
             super().__init__(**data)
         except ValidationError as error:
             raise GenaiConstructsError(_explain(type(self).__name__, error)) from None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _real_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic takes True as 1 and says only "finite number" for nan: name what is allowed and the fix.
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or not _is_number_field(field.annotation):
+            return value
+        whole = int in typing.get_args(field.annotation) or field.annotation is int
+        unit, fix = cls._NUMBER_FIXES.get(
+            info.field_name or "", ("", f"give the number itself ({(field.description or '').rstrip('.')})")
+        )
+        kind = f"{'whole number' if whole else 'number'}{unit}"
+        if isinstance(value, bool):
+            raise ValueError(f"must be a {kind}, not a bool: {fix}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a finite {kind}: {fix}")
+        return value
 
 
 def _explain(model_name: str, error: ValidationError) -> str:
@@ -116,30 +164,66 @@ class ModelShape(_Frozen):
     )
 
     @model_validator(mode="after")
-    def _heads_consistent(self) -> ModelShape:
+    def _consistent(self) -> ModelShape:
+        # Every problem at once, each with its numbers and the fix.
+        problems = []
         if self.attention_heads % self.kv_heads:
-            raise ValueError(
+            problems.append(
                 f"attention_heads ({self.attention_heads}) must be a multiple of kv_heads ({self.kv_heads}): "
                 "set kv_heads to a divisor of attention_heads (equal for multi-head attention)"
             )
         moe = (self.experts, self.experts_per_token, self.active_parameters_billion)
         if any(v is not None for v in moe) and any(v is None for v in moe):
-            raise ValueError(
+            problems.append(
                 f"experts ({self.experts}), experts_per_token ({self.experts_per_token}) and "
                 f"active_parameters_billion ({self.active_parameters_billion}) describe a mixture-of-experts model "
                 "together: give all three, or none for a dense model"
             )
         if self.experts is not None and self.experts_per_token is not None and self.experts_per_token >= self.experts:
-            raise ValueError(
+            problems.append(
                 f"experts_per_token ({self.experts_per_token}) must be fewer than experts ({self.experts}): "
                 "a token is routed to a few of the experts (e.g. 2 of 8)"
             )
         if self.active_parameters_billion is not None and self.active_parameters_billion >= self.parameters_billion:
-            raise ValueError(
+            problems.append(
                 f"active_parameters_billion ({self.active_parameters_billion}) must be below parameters_billion "
                 f"({self.parameters_billion}): a mixture-of-experts model activates a fraction of its weights"
             )
+        problems += self._parameter_problems()
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
+    def _parameter_problems(self) -> list[str]:
+        """parameters_billion against what layers, hidden_size, heads and vocabulary allow.
+
+        The floor is certain: the embedding table and the q/k/v/o projections of every layer. The ceiling
+        assumes untied embeddings and a gated MLP _WIDEST_MLP x hidden_size wide (per expert, plus one shared,
+        for MoE). Either side is an error only past _PARAMETER_SLACK: it catches a count in the wrong unit
+        (8030 for 8.03) or shapes copied from another model, not a rounding.
+        """
+        attention = 2 * self.hidden_size * self.head_dim * (self.attention_heads + self.kv_heads)
+        embeddings = self.vocabulary * self.hidden_size
+        floor = (embeddings + self.layers * attention) / 1e9
+        mlps = 1 + (self.experts or 0)
+        widest_mlp = mlps * 3 * self.hidden_size * _WIDEST_MLP * self.hidden_size
+        ceiling = (2 * embeddings + self.layers * (attention + widest_mlp)) / 1e9
+        if self.parameters_billion * _PARAMETER_SLACK < floor:
+            return [
+                f"parameters_billion ({self.parameters_billion:g}) is under half of the {floor:.3g} B that "
+                f"{self.layers} layers of width {self.hidden_size} ({self.attention_heads} heads of {self.head_dim}, "
+                f"{self.kv_heads} KV heads) and a {self.vocabulary}-token embedding hold in attention and embeddings "
+                "alone: give the total parameter count in billions (e.g. 8.03 for an 8B model), or check the "
+                "architecture numbers against the model's config.json"
+            ]
+        if self.parameters_billion > _PARAMETER_SLACK * ceiling:
+            return [
+                f"parameters_billion ({self.parameters_billion:g}) is over twice the {ceiling:.3g} B that "
+                f"{self.layers} layers of width {self.hidden_size} and a {self.vocabulary}-token vocabulary can hold "
+                f"even with an MLP {_WIDEST_MLP} x the width: give the count in billions (e.g. 8.03, not "
+                "8030000000), or check the architecture numbers against the model's config.json"
+            ]
+        return []
 
     @property
     def is_moe(self) -> bool:
@@ -214,59 +298,449 @@ class ModelShape(_Frozen):
                 ) from None
         return shape
 
+    @classmethod
+    def from_hf_config(
+        cls,
+        path_or_dict: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        name: str | None = None,
+        precision: Precision | str | None = None,
+    ) -> ModelShape:
+        """A shape from a Hugging Face ``config.json``: a path to the file, to the folder holding it, or a dict.
 
-def _llama(
-    params: float, layers: int, hidden: int, heads: int, kv: int, vocab: int, ctx: int, dtype: str
-) -> dict[str, Any]:
-    return dict(
-        kind="decoder",
-        parameters_billion=params,
-        layers=layers,
-        hidden_size=hidden,
-        attention_heads=heads,
-        kv_heads=kv,
-        head_dim=hidden // heads,
-        vocabulary=vocab,
-        max_context=ctx,
-        precision=Precision(dtype),
-    )
+        Reads decoder LMs (llama, mistral, qwen2/qwen3, gemma3 with its nested ``text_config``, mixtral,
+        qwen2_moe/qwen3_moe, gpt_oss, deepseek, falcon, gpt2) and BERT-style encoders (bert, xlm-roberta,
+        roberta, mpnet, nomic_bert, ...: ``kind="encoder"``). ``head_dim`` is the config's where it sets one
+        (Qwen3, Gemma 3 and gpt-oss do), else hidden_size / num_attention_heads.
+
+        A config.json carries no parameter count, so ``parameters_billion`` (and, for mixture-of-experts,
+        ``active_parameters_billion``) is COMPUTED from the architecture: the embedding table (and a separate
+        lm_head unless ``tie_word_embeddings``; position and token-type tables for encoders), per layer the
+        q/k/v/o projections with head_dim (DeepSeek's latent attention by its low-rank matrices), the MLP (gate,
+        up and down for gated SiLU/GeLU MLPs, up and down for plain ones), and for MoE layers every routed expert
+        (``moe_intermediate_size``, else ``intermediate_size``), the router and any shared experts, with
+        DeepSeek's ``first_k_dense_replace`` and Qwen's ``decoder_sparse_step``/``mlp_only_layers`` dense layers.
+        Norms and biases are left out (under 0.1 %). The active count includes both embedding tables, as
+        Mixtral's and Qwen's published counts do (OpenAI's gpt-oss count leaves out the input embedding).
+
+        ``precision``: the argument, else the checkpoint's ``quantization_config`` (fp8 -> fp8, mxfp4 -> int4,
+        awq/gptq 4 or 8 bits -> int4/int8), else ``torch_dtype``/``dtype`` (bfloat16, float16, float32), else fp32
+        (what transformers loads when the config names no dtype). ``name``: else the config's ``_name_or_path``,
+        the model folder's name or the file's stem.
+
+        Raises ``GenaiConstructsError`` listing every problem of the config at once (a missing or non-integer
+        field, an architecture that is not a decoder or encoder, an unreadable file, a JSON syntax error with
+        its line), each with the field, the value and the fix.
+        """
+        raw, source = _read_hf_config(path_or_dict)
+        return cls(**_hf_shape_kwargs(raw, source, name, precision))
 
 
-def _bert(params: float, layers: int, hidden: int, heads: int) -> dict[str, Any]:
-    return dict(
-        kind="encoder",
-        parameters_billion=params,
-        layers=layers,
-        hidden_size=hidden,
-        attention_heads=heads,
-        kv_heads=heads,
-        head_dim=hidden // heads,
-        vocabulary=30522,
-        max_context=512,
-        precision=Precision.FP16,
-    )
+# --- presets: genai_constructs/data/models.json ----------------------------------------------------------------------
 
 
-# Architecture numbers from each model's config.json on the Hugging Face Hub (num_hidden_layers, hidden_size,
-# num_attention_heads, num_key_value_heads, vocab_size, max_position_embeddings, torch_dtype); parameter counts
-# from the model cards. Encoders are served in fp16 on GPU (their checkpoints are fp32; fp16 halves memory
-# traffic with no measurable loss in retrieval quality, and is what TEI and Infinity serve by default).
-MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    "llama-2-7b": _llama(6.74, 32, 4096, 32, 32, 32000, 4096, "fp16"),
-    "llama-2-13b": _llama(13.0, 40, 5120, 40, 40, 32000, 4096, "fp16"),
-    "llama-2-70b": _llama(68.98, 80, 8192, 64, 8, 32000, 4096, "fp16"),
-    "llama-13b": _llama(13.0, 40, 5120, 40, 40, 32000, 2048, "fp16"),
-    "llama-3-8b": _llama(8.03, 32, 4096, 32, 8, 128256, 8192, "bf16"),
-    "llama-3-70b": _llama(70.55, 80, 8192, 64, 8, 128256, 8192, "bf16"),
-    "llama-3.1-8b": _llama(8.03, 32, 4096, 32, 8, 128256, 131072, "bf16"),
-    "llama-3.1-70b": _llama(70.55, 80, 8192, 64, 8, 128256, 131072, "bf16"),
-    "llama-3.3-70b": _llama(70.55, 80, 8192, 64, 8, 128256, 131072, "bf16"),
-    "mistral-7b": _llama(7.24, 32, 4096, 32, 8, 32000, 32768, "bf16"),
-    "bge-base-en-v1.5": _bert(0.109, 12, 768, 12),
-    "bge-large-en-v1.5": _bert(0.335, 24, 1024, 16),
-    "all-minilm-l6-v2": _bert(0.0227, 6, 384, 12),
-    "e5-large-v2": _bert(0.335, 24, 1024, 16),
+@lru_cache(maxsize=1)
+def _model_table() -> dict[str, dict[str, Any]]:
+    """The preset entries of ``genai_constructs/data/models.json``, in file order, loaded once.
+
+    Each entry holds ``shape`` (the ModelShape fields), the Hugging Face repo, the config.json fields they came from,
+    where the parameter count comes from and when it was all read: see the file's ``_about``.
+    """
+    raw = json.loads(resources.files("genai_constructs.data").joinpath("models.json").read_text(encoding="utf-8"))
+    models: dict[str, dict[str, Any]] = raw["models"]
+    return models
+
+
+def _preset_kwargs() -> dict[str, dict[str, Any]]:
+    table: dict[str, dict[str, Any]] = {}
+    for name, entry in _model_table().items():
+        shape = dict(entry["shape"])
+        shape["precision"] = Precision(shape["precision"])
+        table[name] = shape
+    return table
+
+
+MODEL_PRESETS: dict[str, dict[str, Any]] = _preset_kwargs()
+"""Preset name -> ModelShape keyword arguments (all but ``name``), from ``genai_constructs/data/models.json``."""
+
+
+class PresetRow(BaseModel):
+    """One line of ``genai-constructs models``: what a preset is and where its numbers come from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    kind: Literal["decoder", "encoder"]
+    parameters_billion: float
+    active_parameters_billion: float | None = Field(description="Mixture-of-experts: parameters per token.")
+    precision: str
+    max_context: int
+    source: str = Field(description="The Hugging Face repo whose config.json the architecture comes from.")
+
+
+def list_presets() -> list[PresetRow]:
+    """Every model preset, in the order of ``genai_constructs/data/models.json``."""
+    rows = []
+    for name, entry in _model_table().items():
+        shape = entry["shape"]
+        rows.append(
+            PresetRow(
+                name=name,
+                kind=shape["kind"],
+                parameters_billion=shape["parameters_billion"],
+                active_parameters_billion=shape.get("active_parameters_billion"),
+                precision=shape["precision"],
+                max_context=shape["max_context"],
+                source=entry["hf_repo"],
+            )
+        )
+    return rows
+
+
+# --- ModelShape.from_hf_config ---------------------------------------------------------------------------------------
+
+# model_type values of bidirectional encoders served as embedding models (BERT and its descendants).
+_ENCODER_TYPES = frozenset(
+    {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "camembert",
+        "mpnet",
+        "nomic_bert",
+        "distilbert",
+        "electra",
+        "deberta",
+        "deberta-v2",
+        "modernbert",
+        "new",  # Alibaba-NLP gte-*-v1.5 ("NewModel")
+        "jina_bert",
+    }
+)
+# RoBERTa-family position tables start at padding_idx + 1 = 2, so 514 positions hold 512 tokens.
+_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
+# Architectures that are neither a decoder-only LM nor an encoder the planner sizes: name them in the error.
+_ENCODER_DECODER_TYPES = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "whisper", "m2m_100"})
+# model_type prefixes whose MLP is gated (gate, up and down projections: 3 matrices) even where hidden_act says
+# gelu (Gemma's GeGLU). BERT-style encoders, GPT-2, Falcon and GPT-NeoX use a plain 2-matrix MLP.
+_GATED_TYPES = ("llama", "mistral", "mixtral", "qwen", "gemma", "gpt_oss", "deepseek", "phi3", "olmo", "granite")
+_GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu", "geglu"})
+# Per-model_type defaults that transformers' config classes apply when config.json omits the field
+# (Gemma3TextConfig: vocab_size 262,208, max_position_embeddings 131,072, tie_word_embeddings True; the gemma-3-*-it
+# text_config omits all three). Where a type is not listed, untied embeddings are assumed: that counts the
+# lm_head as its own matrix, which errs towards more memory rather than less.
+_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262208, "max_position_embeddings": 131072, "tie_word_embeddings": True},
+    "gemma3": {"vocab_size": 262208, "max_position_embeddings": 131072, "tie_word_embeddings": True},
+    "gemma2": {"tie_word_embeddings": True},
+    "gemma": {"tie_word_embeddings": True},
+    "gpt2": {"tie_word_embeddings": True},
 }
+_DTYPES = {"bfloat16": Precision.BF16, "float16": Precision.FP16, "float32": Precision.FP32}
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "num_key_value_heads": ("num_key_value_heads", "n_head_kv", "num_kv_heads"),
+    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "hidden_dim", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok", "experts_per_token", "moe_top_k"),
+}
+
+
+class _HfConfig:
+    """Reads one config.json, collecting every problem instead of stopping at the first."""
+
+    def __init__(self, raw: dict[str, Any], source: str) -> None:
+        self.source = source
+        self.problems: list[str] = []
+        self.top = raw
+        text = raw.get("text_config")
+        # Multimodal checkpoints (gemma3, mistral3, llava) nest the language model; its dtype and quantization
+        # stay at the top level.
+        self.fields: dict[str, Any] = dict(text) if isinstance(text, dict) else dict(raw)
+        self.prefix = "text_config." if isinstance(text, dict) else ""
+        self.model_type = str(self.fields.get("model_type") or raw.get("model_type") or "").lower()
+        for key, value in _TYPE_DEFAULTS.get(self.model_type, {}).items():
+            self.fields.setdefault(key, value)
+
+    def _lookup(self, field: str) -> tuple[str, Any]:
+        for alias in _ALIASES.get(field, (field,)):
+            if self.fields.get(alias) is not None:
+                return alias, self.fields[alias]
+        return field, None
+
+    def integer(self, field: str, *, required: bool = True, fix: str = "") -> int | None:
+        alias, value = self._lookup(field)
+        if value is None:
+            if required:
+                names = " / ".join(_ALIASES.get(field, (field,)))
+                self.problems.append(
+                    f"{self.prefix}{field} is missing (looked for {names}): {fix or 'add it from the model card'}"
+                )
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            self.problems.append(
+                f"{self.prefix}{alias} = {value!r} is not a positive whole number: "
+                f"give the count as an integer (e.g. {alias}: 32)"
+            )
+            return None
+        return value
+
+    def flag(self, field: str) -> bool | None:
+        value = self.fields.get(field)
+        return value if isinstance(value, bool) else None
+
+
+def _read_hf_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The config as a dict and a label for messages; an unreadable or malformed file raises, naming it."""
+    if isinstance(path_or_dict, Mapping):
+        return dict(path_or_dict), "config"
+    path = Path(path_or_dict)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise GenaiConstructsError(
+            f"ModelShape.from_hf_config: cannot read {str(path)!r} ({reason}): give the path of a Hugging Face "
+            "config.json, or of the model folder that holds one"
+        ) from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise GenaiConstructsError(
+            f"ModelShape.from_hf_config: {str(path)!r} is not valid JSON: {error.msg} at line {error.lineno} "
+            f"column {error.colno}; fix the file (download config.json again from the Hub)"
+        ) from None
+    if not isinstance(raw, dict):
+        raise GenaiConstructsError(
+            f"ModelShape.from_hf_config: {str(path)!r} holds a JSON {type(raw).__name__}, not an object: "
+            "give a Hugging Face config.json (a JSON object of num_hidden_layers, hidden_size, ...)"
+        )
+    return raw, repr(str(path))
+
+
+def _hf_precision(config: _HfConfig, precision: Precision | str | None) -> Precision | None:
+    """The served weight format: the argument, else the checkpoint's quantization, else its dtype.
+
+    quantization_config comes before torch_dtype: a quantized checkpoint keeps ``torch_dtype`` for its activations
+    and unquantized layers (DeepSeek-V3 says bfloat16 and ships fp8 weights; AWQ checkpoints say float16).
+    """
+    if precision is not None:
+        try:
+            return Precision(precision)
+        except ValueError:
+            allowed = ", ".join(p.value for p in Precision)
+            config.problems.append(f"precision {precision!r} is not one of {allowed}")
+            return None
+    quantization = config.top.get("quantization_config") or config.fields.get("quantization_config")
+    if isinstance(quantization, dict):
+        method = str(quantization.get("quant_method", "")).lower()
+        bits = quantization.get("bits", quantization.get("w_bit"))
+        if method == "fp8":
+            return Precision.FP8
+        if method == "mxfp4":  # 4-bit values plus a shared 8-bit scale per 32: 4.25 bits, nearest int4
+            return Precision.INT4
+        if method in {"awq", "gptq"} and bits in (4, 8):
+            return Precision.INT4 if bits == 4 else Precision.INT8
+        config.problems.append(
+            f"quantization_config.quant_method = {method!r} (bits {bits!r}) has no matching precision: pass "
+            "precision= one of fp8, int8, int4 for the served weights"
+        )
+        return None
+    dtype = config.top.get("torch_dtype") or config.top.get("dtype") or config.fields.get("torch_dtype")
+    if dtype is None:
+        return Precision.FP32  # transformers loads a checkpoint whose config names no dtype as float32
+    if str(dtype).lower() in _DTYPES:
+        return _DTYPES[str(dtype).lower()]
+    config.problems.append(
+        f"torch_dtype = {dtype!r} is not bfloat16, float16 or float32: pass precision= for the served weights"
+    )
+    return None
+
+
+def _is_decoder(config: _HfConfig) -> bool:
+    architectures = config.top.get("architectures") or []
+    return any(
+        str(a).endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in architectures
+    ) or config.model_type.startswith(_GATED_TYPES + ("gpt2", "falcon", "gpt_neox", "opt", "phi"))
+
+
+def _hf_shape_kwargs(
+    raw: dict[str, Any], source: str, name: str | None, precision: Precision | str | None
+) -> dict[str, Any]:
+    """ModelShape fields from a config.json, with parameters COMPUTED from the architecture (see from_hf_config)."""
+    config = _HfConfig(raw, source)
+    mt = config.model_type
+    encoder = mt in _ENCODER_TYPES
+    if mt in _ENCODER_DECODER_TYPES or not (encoder or _is_decoder(config)):
+        architectures = raw.get("architectures")
+        raise GenaiConstructsError(
+            f"ModelShape.from_hf_config({source}): model_type {mt or None!r} (architectures {architectures!r}) is "
+            "not a decoder-only language model or a BERT-style encoder, the two kinds the planner sizes: give the "
+            "config.json of a causal LM (architectures ...ForCausalLM) or of an embedding encoder (bert, "
+            "xlm-roberta, mpnet, ...), or describe the model with ModelShape(...)"
+        )
+    layers = config.integer("num_hidden_layers", fix="give the number of transformer blocks")
+    hidden = config.integer("hidden_size", fix="give the model width")
+    heads = config.integer("num_attention_heads", fix="give the number of query heads")
+    vocab = config.integer("vocab_size", fix="give the tokenizer's vocabulary size")
+    context = config.integer(
+        "max_position_embeddings", fix="give the longest sequence the model accepts (the model card's context)"
+    )
+    kv_heads = config.integer("num_key_value_heads", required=False)
+    if kv_heads is None and heads is not None:
+        # Falcon-7B says multi_query: one K/V head shared by all query heads; otherwise multi-head attention.
+        kv_heads = 1 if config.flag("multi_query") and not config.flag("new_decoder_architecture") else heads
+    head_dim = config.integer("head_dim", required=False)
+    if head_dim is None and hidden is not None and heads is not None:
+        head_dim = hidden // heads
+    intermediate = config.integer("intermediate_size", required=False)
+    if intermediate is None and hidden is not None:
+        intermediate = 4 * hidden  # GPT-2 (n_inner null) and Falcon: the MLP is 4 x the width
+    experts = config.integer("num_experts", required=False)
+    per_token = config.integer("num_experts_per_tok", required=False)
+    if experts is not None and per_token is None:
+        config.problems.append(
+            f"{config.prefix}num_experts_per_tok is missing while the config has {experts} experts: add "
+            "num_experts_per_tok (experts each token is routed to)"
+        )
+    resolved = _hf_precision(config, precision)
+    if config.problems or None in (layers, hidden, heads, vocab, context, kv_heads, head_dim, intermediate):
+        lines = "\n".join(f"  - {p}" for p in config.problems)
+        raise GenaiConstructsError(
+            f"ModelShape.from_hf_config({source}): {len(config.problems)} problem(s) in the config:\n{lines}"
+        )
+    assert layers and hidden and heads and vocab and context and kv_heads and head_dim and intermediate
+    if mt in _POSITION_OFFSET:
+        context -= _POSITION_OFFSET[mt]
+    total, active = _hf_parameter_count(
+        config, layers, hidden, heads, kv_heads, head_dim, vocab, intermediate, experts, per_token, context, encoder
+    )
+    shape_heads, shape_kv, shape_head_dim = heads, kv_heads, head_dim
+    if isinstance(config.fields.get("kv_lora_rank"), int):
+        # Multi-head latent attention (DeepSeek V2/V3) caches one latent of kv_lora_rank + qk_rope_head_dim values
+        # per token per layer (576 for V3), not K and V per head: as one "KV head" whose K + V is that latent.
+        latent = config.fields["kv_lora_rank"] + int(config.fields.get("qk_rope_head_dim") or 0)
+        shape_kv, shape_head_dim = 1, max(1, latent // 2)
+    label = name or _hf_name(raw, source)
+    shape: dict[str, Any] = dict(
+        name=label,
+        kind="encoder" if encoder else "decoder",
+        parameters_billion=total / 1e9,
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=shape_heads,
+        kv_heads=shape_kv,
+        head_dim=shape_head_dim,
+        vocabulary=vocab,
+        max_context=context,
+        precision=resolved,
+    )
+    if experts is not None and per_token is not None:
+        shape.update(experts=experts, experts_per_token=per_token, active_parameters_billion=active / 1e9)
+    return shape
+
+
+def _hf_name(raw: dict[str, Any], source: str) -> str:
+    given = raw.get("_name_or_path")
+    if isinstance(given, str) and given.strip():
+        return given.strip().rstrip("/").split("/")[-1].lower()
+    if source != "config":
+        path = Path(source.strip("'\""))
+        label = path.parent.name if path.name == "config.json" else path.stem
+        if label:
+            return label.lower()
+    return str(raw.get("model_type") or "model")
+
+
+def _hf_parameter_count(
+    config: _HfConfig,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    vocab: int,
+    intermediate: int,
+    experts: int | None,
+    per_token: int | None,
+    context: int,
+    encoder: bool,
+) -> tuple[float, float]:
+    """Total and per-token parameters counted from the matrices; norms and biases are left out (< 0.1 %)."""
+    fields = config.fields
+    act = str(fields.get("hidden_act") or fields.get("hidden_activation") or fields.get("activation_function") or "")
+    gated = config.model_type.startswith(_GATED_TYPES) or act.lower() in _GATED_ACTIVATIONS
+    if config.model_type == "nomic_bert":
+        gated = True  # nomic-embed-text uses a SwiGLU MLP
+    mlp_matrices = 3 if gated else 2
+    embeddings = vocab * hidden
+    if encoder:
+        # Word, position and token-type tables; an encoder has no lm_head (the MLM head is not served).
+        embeddings += context * hidden + int(fields.get("type_vocab_size") or 0) * hidden
+    elif not fields.get("tie_word_embeddings", config.top.get("tie_word_embeddings", False)):
+        embeddings *= 2  # a separate lm_head of vocab x hidden
+    if isinstance(fields.get("kv_lora_rank"), int):
+        attention = _mla_attention(fields, hidden, heads)
+    else:
+        attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim  # q, o; k, v
+    dense_mlp = mlp_matrices * hidden * intermediate
+    if experts is None or per_token is None:
+        per_layer = attention + dense_mlp
+        total = embeddings + layers * per_layer
+        return total, total
+    expert_width = int(fields.get("moe_intermediate_size") or intermediate)
+    expert = mlp_matrices * hidden * expert_width
+    shared = int(fields.get("n_shared_experts") or 0) * expert  # DeepSeek: shared experts of the expert width
+    shared_width = fields.get("shared_expert_intermediate_size")  # Qwen2-MoE: one wide shared expert plus its gate
+    if isinstance(shared_width, int) and shared_width > 0:
+        shared += mlp_matrices * hidden * shared_width + hidden
+    router = hidden * experts
+    moe_layers = _moe_layer_count(fields, layers)
+    dense_layers = layers - moe_layers
+    common = embeddings + layers * attention + dense_layers * dense_mlp + moe_layers * (router + shared)
+    total = common + moe_layers * experts * expert
+    active = common + moe_layers * per_token * expert
+    return total, active
+
+
+def _mla_attention(fields: dict[str, Any], hidden: int, heads: int) -> int:
+    """Multi-head latent attention (DeepSeek V2/V3): low-rank q and kv projections, then per-head up-projections."""
+    nope = int(fields.get("qk_nope_head_dim") or 0)
+    rope = int(fields.get("qk_rope_head_dim") or 0)
+    v_dim = int(fields.get("v_head_dim") or nope)
+    kv_rank = int(fields["kv_lora_rank"])
+    q_rank = fields.get("q_lora_rank")
+    q = hidden * q_rank + q_rank * heads * (nope + rope) if isinstance(q_rank, int) else hidden * heads * (nope + rope)
+    kv = hidden * (kv_rank + rope) + kv_rank * heads * (nope + v_dim)
+    return q + kv + heads * v_dim * hidden
+
+
+def _moe_layer_count(fields: dict[str, Any], layers: int) -> int:
+    """Layers whose MLP is routed: DeepSeek keeps the first first_k_dense_replace dense and then every
+    moe_layer_freq-th; Qwen-MoE routes every decoder_sparse_step-th layer not listed in mlp_only_layers."""
+    first_dense = int(fields.get("first_k_dense_replace") or 0)
+    frequency = int(fields.get("moe_layer_freq") or 1)
+    step = int(fields.get("decoder_sparse_step") or 1)
+    dense_only = set(fields.get("mlp_only_layers") or [])
+    return sum(
+        1
+        for i in range(layers)
+        if i >= first_dense and i % frequency == 0 and (i + 1) % step == 0 and i not in dense_only
+    )
+
+
+# Bounds for the parameters_billion check of ModelShape (see _parameter_problems).
+_WIDEST_MLP = 16
+"""MLP width, in multiples of hidden_size, that the upper bound allows: twice the widest of a published dense
+transformer (Gemma 7B: intermediate_size 24,576 for hidden_size 3,072, 8 x)."""
+_PARAMETER_SLACK = 2.0
+"""parameters_billion may sit this far outside the bounds (MLA attention and padded vocabularies blur them)."""
 
 # Traffic defaults, each with its reason.
 DEFAULT_PROMPT_TOKENS = 1024
@@ -321,31 +795,37 @@ class RealtimeTraffic(_Frozen):
         "output_tokens); the planner caps the default at the model's max_context.",
     )
 
-    @field_validator("max_request_tokens", mode="before")
-    @classmethod
-    def _whole_number_of_tokens(cls, value: Any) -> Any:
-        # pydantic would take True as 1 and say only "finite number" for nan: name what is allowed and the fix.
-        if isinstance(value, bool):
-            raise ValueError(
-                "must be a whole number of tokens, not a bool: give the longest prompt + output one request may "
-                "carry (e.g. 8192), or leave it unset for the default"
-            )
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(
-                "must be a finite whole number of tokens: give the longest prompt + output one request may carry "
-                "(e.g. 8192), or leave it unset for the default"
-            )
-        return value
+    _NUMBER_FIXES: ClassVar[dict[str, tuple[str, str]]] = {
+        "max_request_tokens": (
+            " of tokens",
+            "give the longest prompt + output one request may carry (e.g. 8192), or leave it unset for the default",
+        ),
+    }
 
     @model_validator(mode="after")
-    def _request_holds_the_mean(self) -> RealtimeTraffic:
+    def _targets_agree(self) -> RealtimeTraffic:
+        problems = []
         sequence = self.prompt_tokens + self.output_tokens
         if self.max_request_tokens is not None and self.max_request_tokens < sequence:
-            raise ValueError(
+            problems.append(
                 f"max_request_tokens ({self.max_request_tokens}) is shorter than prompt_tokens + output_tokens "
                 f"({self.prompt_tokens} + {self.output_tokens} = {sequence}): the server would reject the mean "
                 f"request; raise max_request_tokens to at least {sequence}, or leave it unset for the default"
             )
+        # A session receiving r tokens per second needs a token every 1000 / r ms; a p95 TPOT target slower than
+        # that lets the plan choose a fleet that cannot keep the session's pace. (A tiny tolerance absorbs the
+        # float of e.g. 1000 / 3.)
+        interval_ms = 1000.0 / self.output_tokens_per_s_per_session
+        if self.p95_tpot_ms is not None and self.p95_tpot_ms > interval_ms * (1 + 1e-9):
+            problems.append(
+                f"p95_tpot_ms ({self.p95_tpot_ms:g}) allows a token every {self.p95_tpot_ms:g} ms, but "
+                f"output_tokens_per_s_per_session ({self.output_tokens_per_s_per_session:g}) asks for one every "
+                f"{interval_ms:.4g} ms: the session rate cannot be met; set p95_tpot_ms to at most {interval_ms:.4g}, "
+                f"lower output_tokens_per_s_per_session to at most {1000.0 / self.p95_tpot_ms:.4g}, or leave "
+                "p95_tpot_ms unset (it defaults to 1000 / output_tokens_per_s_per_session)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @computed_field(description="The TPOT the plan must meet at p95.")  # type: ignore[prop-decorator]

@@ -19,6 +19,22 @@ REQUIRED_PRESETS = [
     "bge-large-en-v1.5",
     "all-minilm-l6-v2",
     "e5-large-v2",
+    # Issue 12: models people serve now (another engineer's benchmark rows use these names).
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "llama-3.1-405b",
+    "qwen2.5-7b",
+    "qwen2.5-32b",
+    "qwen2.5-72b",
+    "qwen3-8b",
+    "qwen3-32b",
+    "mistral-small-24b",
+    "gemma-3-27b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
 ]
 
 
@@ -37,6 +53,15 @@ def test_every_required_preset_exists(name):
         ("mistral-7b", 32, 4096, 32, 8, 32000, 32768),
         ("bge-large-en-v1.5", 24, 1024, 16, 16, 30522, 512),
         ("all-minilm-l6-v2", 6, 384, 12, 12, 30522, 512),
+        ("llama-3.1-405b", 126, 16384, 128, 8, 128256, 131072),
+        ("qwen3-8b", 36, 4096, 32, 8, 151936, 40960),
+        ("qwen3-32b", 64, 5120, 64, 8, 151936, 40960),
+        ("qwen3-30b-a3b", 48, 2048, 32, 4, 151936, 40960),
+        ("mixtral-8x7b", 32, 4096, 32, 8, 32000, 32768),
+        ("mixtral-8x22b", 56, 6144, 48, 8, 32000, 65536),
+        ("gpt-oss-20b", 24, 2880, 64, 8, 201088, 131072),
+        ("gpt-oss-120b", 36, 2880, 64, 8, 201088, 131072),
+        ("gemma-3-27b", 62, 5376, 32, 16, 262208, 131072),
     ],
 )
 def test_presets_match_published_configs(name, layers, hidden, heads, kv_heads, vocab, context):
@@ -158,3 +183,116 @@ def test_fails_artifact_prefix_without_slash():
 def test_fails_artifact_bucket_name_invalid():
     with pytest.raises(GenaiConstructsError, match=r"ModelArtifact.bucket_name \(got 'My_Models'\)"):
         ModelArtifact(bucket_name="My_Models", prefix="x/")
+
+
+# Published head_dim where the config sets it (not hidden_size / heads): Qwen3-32B 128 (5120 / 64 = 80),
+# gpt-oss 64 (2880 / 64 = 45), Gemma 3 27B 128 (5376 / 32 = 168), Mistral Small 24B 128 (5120 / 32 = 160).
+@pytest.mark.parametrize(
+    ("name", "head_dim"), [("qwen3-32b", 128), ("gpt-oss-120b", 64), ("gemma-3-27b", 128), ("mistral-small-24b", 128)]
+)
+def test_presets_keep_the_configs_explicit_head_dim(name, head_dim):
+    assert ModelShape.preset(name).head_dim == head_dim
+
+
+# Published counts: Mixtral 8x7B 46.7B / 12.9B (Mistral AI), Qwen3-30B-A3B 30.5B / 3.3B (model card), gpt-oss-120b
+# 116.83B / 5.13B and gpt-oss-20b 20.91B / 3.61B (OpenAI model card).
+@pytest.mark.parametrize(
+    ("name", "experts", "per_token", "total", "active"),
+    [
+        ("mixtral-8x7b", 8, 2, 46.7, 12.9),
+        ("mixtral-8x22b", 8, 2, 141.0, 39.0),
+        ("qwen3-30b-a3b", 128, 8, 30.5, 3.3),
+        ("gpt-oss-20b", 32, 4, 20.91, 3.61),
+        ("gpt-oss-120b", 128, 4, 116.83, 5.13),
+    ],
+)
+def test_mixture_of_experts_presets(name, experts, per_token, total, active):
+    m = ModelShape.preset(name)
+    assert (m.experts, m.experts_per_token, m.parameters_billion, m.active_parameters_billion) == (
+        experts,
+        per_token,
+        total,
+        active,
+    )
+
+
+def test_gpt_oss_is_served_at_the_nearest_precision_to_mxfp4():
+    assert ModelShape.preset("gpt-oss-120b").precision is Precision.INT4
+
+
+# --- honest input ----------------------------------------------------------------------------------------------------
+
+
+def test_fails_tpot_target_slower_than_the_session_rate():
+    # 25 tokens/s per session is a token every 40 ms; a p95 TPOT of 100 ms cannot deliver it.
+    with pytest.raises(
+        GenaiConstructsError,
+        match=r"p95_tpot_ms \(100\) allows a token every 100 ms, but output_tokens_per_s_per_session \(25\) asks "
+        r"for one every 40 ms: the session rate cannot be met; set p95_tpot_ms to at most 40",
+    ):
+        RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=25, p95_tpot_ms=100)
+
+
+def test_tpot_target_equal_to_the_session_interval_is_allowed():
+    assert (
+        RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=25, p95_tpot_ms=40).tpot_target_ms == 40
+    )
+
+
+LLAMA_31_8B = dict(
+    name="m",
+    parameters_billion=8.03,
+    layers=32,
+    hidden_size=4096,
+    attention_heads=32,
+    kv_heads=8,
+    head_dim=128,
+    vocabulary=128256,
+    max_context=131072,
+)
+CHAT = dict(concurrent_sessions=4, output_tokens_per_s_per_session=20)
+BACKLOG = dict(documents=10, tokens_per_document=10, deadline_hours=1)
+
+
+@pytest.mark.parametrize("bad", [True, float("nan"), float("inf")])
+@pytest.mark.parametrize(
+    ("model", "base", "field"),
+    [
+        (ModelShape, LLAMA_31_8B, "layers"),
+        (ModelShape, LLAMA_31_8B, "parameters_billion"),
+        (ModelShape, LLAMA_31_8B, "max_context"),
+        (RealtimeTraffic, CHAT, "concurrent_sessions"),
+        (RealtimeTraffic, CHAT, "output_tokens_per_s_per_session"),
+        (RealtimeTraffic, CHAT, "p95_ttft_ms"),
+        (RealtimeTraffic, CHAT, "headroom"),
+        (BatchTraffic, BACKLOG, "documents"),
+        (BatchTraffic, BACKLOG, "deadline_hours"),
+    ],
+)
+def test_fails_bools_and_non_finite_numbers_naming_the_field(model, base, field, bad):
+    expected = "not a bool" if bad is True else "must be a finite"
+    with pytest.raises(GenaiConstructsError, match=rf"{model.__name__}\.{field} \(got {bad!r}\): .*{expected}.*: give"):
+        model(**{**base, field: bad})
+
+
+def test_fails_parameter_count_in_the_wrong_unit():
+    with pytest.raises(
+        GenaiConstructsError,
+        match=r"parameters_billion \(8030\) is over twice the [0-9.]+ B that 32 layers of width 4096",
+    ):
+        ModelShape(**{**LLAMA_31_8B, "parameters_billion": 8030})
+
+
+def test_fails_parameter_count_below_what_attention_and_embeddings_hold():
+    # Llama 3.1 70B's shape: attention and the embedding table alone are 13.1 B.
+    with pytest.raises(GenaiConstructsError, match=r"parameters_billion \(0\.7\) is under half of the 13\.1 B"):
+        ModelShape(
+            **{**LLAMA_31_8B, "layers": 80, "hidden_size": 8192, "attention_heads": 64, "parameters_billion": 0.7}
+        )
+
+
+def test_every_preset_passes_the_consistency_checks():
+    from genai_constructs.workload import MODEL_PRESETS
+
+    for name in MODEL_PRESETS:
+        assert ModelShape.preset(name).name == name
