@@ -50,3 +50,19 @@ class ConfigurationError(GenaiConstructsError):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{construct}: {len(self.problems)} problem(s) with the properties given:\n{lines}")
+
+
+class UnknownRegionError(GenaiConstructsError):
+    """An AWS Region that no price or availability source of the library knows; the message names the closest."""
+
+
+class InstanceTypeNotOfferedError(GenaiConstructsError):
+    """An instance type that neither availability source lists in the Region asked for.
+
+    The message names the Regions that offer it and the sizes of the same family offered in that Region.
+    """
+
+
+class PriceUnknownError(GenaiConstructsError):
+    """A cost was asked for an instance type with no published price there (e.g. p5e.48xlarge: capacity blocks
+    only), or no Spot estimate where Spot was asked for."""
