@@ -373,7 +373,7 @@ def _fail(message: str, kind: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"error": {"type": kind, "message": message}}, indent=2))
     else:
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return 2
 
 
