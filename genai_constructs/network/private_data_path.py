@@ -23,12 +23,15 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from genai_constructs.errors import ConfigurationError
+from genai_constructs.planner.deployment import DEFAULT_AVAILABILITY_ZONES
+from genai_constructs.planner.deployment import DEFAULT_INTERFACE_ENDPOINTS as DEPLOYMENT_INTERFACE_ENDPOINTS
 
 _NAME = "PrivateDataPath"
 
 # ---- Defaults, each with its reason -------------------------------------------------------------------------------
 # Two AZs survive the loss of one zone; each further AZ adds one ENI-hour per interface endpoint (see the docs).
-DEFAULT_MAX_AZS = 2
+# The planner's cost counts the same figure (planner/deployment.py).
+DEFAULT_MAX_AZS = DEFAULT_AVAILABILITY_ZONES
 # A /16 of RFC 1918 space unlikely to collide with the 10.0.0.0/16 most examples and peered VPCs use.
 DEFAULT_VPC_CIDR = "10.80.0.0/16"
 # /20 = 4,091 usable addresses per AZ: room for large GPU fleets and endpoint ENIs, and leaves most of the /16 free
@@ -41,21 +44,9 @@ DEFAULT_FLOW_LOG_TRAFFIC = ec2.FlowLogTrafficType.ALL
 # Interface endpoints are HTTPS-only (AWS APIs); the endpoint security group admits nothing else.
 ENDPOINT_PORT = 443
 
-#: Interface endpoints every PrivateDataPath gets: what the inference and embedding fleets call.
-#: Key: the short name used in ``interface_endpoints``; value: the reason it is there.
-DEFAULT_INTERFACE_ENDPOINTS: dict[str, str] = {
-    "sqs": "the embedding fleet's work queue and the enqueue helper",
-    "logs": "the CloudWatch agent ships instance and server logs",
-    "monitoring": "the CloudWatch agent and the sidecars put metrics",
-    "ssm": "AMI IDs by SSM parameter, Session Manager instead of SSH",
-    "ssmmessages": "Session Manager shell channels",
-    "ec2messages": "SSM Agent command delivery",
-    "ecr.api": "container image manifests and auth tokens",
-    "ecr.dkr": "container image pulls (layers then come from S3 through the gateway endpoint)",
-    "sts": "regional STS for role credentials and SDK calls that assume roles",
-    "kms": "decrypting the KMS-encrypted EBS volumes, queues and objects",
-    "autoscaling": "instances complete their own launch lifecycle hook (CompleteLifecycleAction, heartbeats) once weights are fetched and the server answers",
-}
+#: Interface endpoints every PrivateDataPath gets (short name -> the reason it is there): what the inference and
+#: embedding fleets call. Kept in the planner's deployment facts so the plan's cost counts the same endpoints.
+DEFAULT_INTERFACE_ENDPOINTS = DEPLOYMENT_INTERFACE_ENDPOINTS
 
 #: Optional interface endpoints by name (``extra_interface_endpoints=[...]``): short name -> AWS service name suffix.
 KNOWN_EXTRA_INTERFACE_ENDPOINTS: dict[str, str] = {

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from genai_constructs.errors import (
     DeadlineUnreachableError,
     GenaiConstructsError,
+    InstanceTypeNotOfferedError,
     LatencyTargetUnreachableError,
     ModelDoesNotFitError,
     ServerStartupError,
 )
 from genai_constructs.planner.catalog import InstanceType, load_catalog
+from genai_constructs.planner.deployment import SCALE_OUT_ROOM
 from genai_constructs.planner.estimate import DEFAULT_RUNTIME, GIB, RUNTIMES, estimate, valid_device_counts
 from genai_constructs.planner.plans import EmbeddingPlan, Estimate, InferencePlan, PlanOption, ServerSettings
+from genai_constructs.planner.pricing import (
+    FleetCost,
+    InstancePrice,
+    QuotaNeed,
+    batch_job_cost,
+    inference_fleet_cost,
+    instance_price,
+    vcpu_quota,
+)
 from genai_constructs.planner.server_settings import VLLM_VERSION, derive_server_settings, startup_findings
 from genai_constructs.planner.startup import time_to_serving
 from genai_constructs.workload import (
@@ -103,38 +114,88 @@ FAMILY_GUIDE: dict[str, tuple[str, str]] = {
 }
 
 
-# EC2 service quotas are counted in vCPUs per family group (Service Quotas console, "Amazon EC2" service).
-_QUOTA_NAMES = {"g": "G and VT", "p": "P", "inf": "Inf", "trn": "Trn"}
-
-
-def vcpu_quota_note(instance: InstanceType, instances: int, *, spot: bool = False) -> str:
-    """The service quota a fleet of ``instances`` needs, in the vCPUs AWS counts it in."""
-    prefix = (
-        "inf"
-        if instance.family.startswith("inf")
-        else "trn"
-        if instance.family.startswith("trn")
-        else instance.family[0]
-    )
-    group = _QUOTA_NAMES.get(prefix, instance.family)
-    kind = f"All {group} Spot Instance Requests" if spot else f"Running On-Demand {group} instances"
-    return (
-        f"Quota: '{kind}' must allow {instance.vcpu * instances} vCPUs "
-        f"({instances} x {instance.instance_type} at {instance.vcpu} vCPUs); new accounts often start at 0."
-    )
-
-
 def _guide(family: str) -> tuple[str, str]:
     return FAMILY_GUIDE.get(
         family, ("Accelerator memory bandwidth during decode.", "Right-size concurrency per instance.")
     )
 
 
-def _candidates(instance_types: Iterable[str] | None, include_neuron: bool) -> list[InstanceType]:
-    catalog = load_catalog()
-    if instance_types is not None:
-        return [catalog.instance(name) for name in instance_types]
-    return [i for i in catalog.instances.values() if include_neuron or not i.is_neuron]
+class _Candidates:
+    """The instance types a plan weighs, priced in its region, and the types the region does not offer."""
+
+    def __init__(self, instance_types: Iterable[str] | None, include_neuron: bool, region: str | None) -> None:
+        catalog = load_catalog()
+        if instance_types is not None:
+            if isinstance(instance_types, str):
+                raise GenaiConstructsError(
+                    f"instance_types ({instance_types!r}) must be a list of instance type names, not one string: "
+                    f"write instance_types=[{instance_types!r}]"
+                )
+            listed = [catalog.instance(name) for name in instance_types]
+            if not listed:
+                raise GenaiConstructsError(
+                    "instance_types ([]) is empty: leave it unset to search the whole catalog, or name at least one "
+                    "type, e.g. ['g6e.xlarge']"
+                )
+        else:
+            listed = [i for i in catalog.instances.values() if include_neuron or not i.is_neuron]
+        self.region = region
+        self.prices: dict[str, InstancePrice] = {}
+        self.not_offered: list[str] = []
+        self.instances: list[InstanceType] = []
+        for instance in listed:
+            try:
+                price = instance_price(instance.instance_type, region)
+            except InstanceTypeNotOfferedError:
+                if instance_types is not None:
+                    raise  # a type the user named: say where it is offered instead of planning without it
+                self.not_offered.append(instance.instance_type)
+                continue
+            self.prices[instance.instance_type] = price
+            if region is not None:
+                # Regional figures replace the catalog's us-east-1 price for everything downstream.
+                instance = instance.model_copy(update={"on_demand_usd_per_hour": price.on_demand_usd_per_hour})
+            self.instances.append(instance)
+
+    def notes(self) -> list[str]:
+        if self.region is None:
+            return [
+                f"Prices are {load_catalog().price_region}'s (no region given): pass region= (--region) to price and "
+                "check availability where the fleet runs."
+            ]
+        if self.not_offered:
+            return [f"Not offered in {self.region}, so not weighed: {', '.join(sorted(self.not_offered))}."]
+        return []
+
+
+def _quota(chosen: InstanceType, instances: int, *, spot: bool, overrides: Sequence[InstanceType] = ()) -> QuotaNeed:
+    """The quota at what can actually run: the group's maximum, each instance the largest type it may launch."""
+    largest = max([chosen, *overrides], key=lambda i: (i.vcpu, i.instance_type == chosen.instance_type))
+    return vcpu_quota(largest.instance_type, instances, spot=spot)
+
+
+def _unpriced_note(unpriced: Sequence[PlanOption]) -> list[str]:
+    if not unpriced:
+        return []
+    names = ", ".join(sorted({o.instance_type for o in unpriced}))
+    return [f"No public on-demand price, so not ranked on cost: {names}."]
+
+
+def _quota_notes(quota: QuotaNeed, chosen: InstanceType) -> list[str]:
+    largest = (
+        ""
+        if quota.instance_type == chosen.instance_type
+        else f", counting every instance as {quota.instance_type}, the largest Spot override"
+    )
+    notes = [
+        f"Quota: '{quota.quota_name}' must allow {quota.vcpus:,} vCPUs ({quota.instances} x {quota.instance_type} at "
+        f"{quota.vcpus_per_instance} vCPUs: the group's maximum{largest}); a new account commonly has "
+        f"{quota.default_new_account_vcpus}: request the increase in the Service Quotas console (Amazon EC2) before "
+        "deploying, or the group cannot launch its instances."
+    ]
+    if quota.warning:
+        notes.append(quota.warning)
+    return notes
 
 
 def _check_positive(name: str, **values: float) -> None:
@@ -217,7 +278,8 @@ def plan_inference(
             f"RealtimeTraffic: prompt_tokens + output_tokens ({sequence}) exceeds {model.name}'s max_context "
             f"({model.max_context}): shorten prompts or outputs"
         )
-    candidates = _candidates(instance_types, include_neuron)
+    pool = _Candidates(instance_types, include_neuron, region)
+    candidates = pool.instances
     ranked: list[tuple[tuple[float, float, float], InstanceType, int, Estimate, ServerSettings, int]] = []
     unpriced: list[PlanOption] = []
     refused: list[tuple[ServerSettings, InstanceType, list[tuple[str, str]]]] = []
@@ -298,6 +360,7 @@ def plan_inference(
         if kept is None or option.instances < kept.instances:
             fewest[option.instance_type] = option
     unpriced = list(fewest.values())
+    unpriced_note = _unpriced_note(unpriced)
     if not ranked and refused:
         refused.sort(key=lambda item: -item[0].kv_cache_gib_available)
         shown = [f"  - {sentence}" for _, _, found in refused[:MAX_STARTUP_FAILURES_SHOWN] for _, sentence in found]
@@ -328,6 +391,23 @@ def plan_inference(
 
     ranked.sort(key=lambda item: item[0])
     (fleet_cost, per_million, _), chosen, instances, e, server, replicas = ranked[0]
+    price = pool.prices[chosen.instance_type]
+    # The group as GpuInferenceFleet deploys it: the plan's size in service at this traffic, a maximum at least one
+    # above the minimum, and a Stopped warm pool holding the difference.
+    group_max = max(instances, traffic.min_instances + SCALE_OUT_ROOM)
+    cost = inference_fleet_cost(
+        chosen.instance_type,
+        region=region,
+        running_instances=instances,
+        max_instances=group_max,
+        weights_gib=e.memory.weights_gib,
+        output_tokens_per_s_at_traffic=traffic.concurrent_sessions * traffic.output_tokens_per_s_per_session,
+        output_tokens_per_s_per_instance_at_capacity=e.output_tokens_per_s * replicas,
+        concurrent_sessions=traffic.concurrent_sessions,
+        prompt_tokens_per_request=traffic.prompt_tokens,
+        output_tokens_per_request=traffic.output_tokens,
+    )
+    quota = _quota(chosen, group_max, spot=False)
     bottleneck_family, cost_lever = _guide(chosen.family)
     dominant = max(
         ("weights", "kv_cache", "tensor_parallel", "prefill_interleave", "gemm_compute", "host_floor"),
@@ -354,12 +434,13 @@ def plan_inference(
         f"Per-instance concurrency is planned at {1 - traffic.headroom:.0%} of the highest that meets the targets "
         f"({traffic.headroom:.0%} headroom), so {traffic.concurrent_sessions} sessions need {instances} instance(s) "
         f"(at least {traffic.min_instances}, across AZs).",
-        f"{chosen.instance_type} at ${chosen.on_demand_usd_per_hour:.3f}/h on-demand ({load_catalog().price_region}, "
-        f"{load_catalog().price_date}) makes the peak fleet ${fleet_cost:.2f}/h, the cheapest of {len(ranked)} options "
-        f"that meet the targets, at ${per_million:.2f} per 1M output tokens.",
+        f"{chosen.instance_type} at ${chosen.on_demand_usd_per_hour:.3f}/h ({price.on_demand_label}) makes "
+        f"{instances} instances ${fleet_cost:.2f}/h of compute, the cheapest of {len(ranked)} options that meet the "
+        f"targets, at ${per_million:.2f} per 1M output tokens at capacity (every instance as busy as planned).",
+        _cost_reason(cost, traffic),
         _server_reason(model, traffic, server),
     ]
-    notes = [vcpu_quota_note(chosen, instances)] + [f"{o.instance_type}: {o.note}" for o in unpriced]
+    notes = _quota_notes(quota, chosen) + unpriced_note + pool.notes() + list(cost.notes)
     if refused:
         notes.append(
             f"Left out because vLLM {VLLM_VERSION} would refuse to start there: "
@@ -395,8 +476,14 @@ def plan_inference(
         estimate=e,
         server=server,
         usd_per_hour=chosen.on_demand_usd_per_hour,
+        region=region,
+        price_label=price.on_demand_label,
+        spot_usd_per_hour=price.spot_usd_per_hour,
+        spot_price_label=price.spot_label,
+        quota=quota,
         usd_per_hour_at_peak=round(fleet_cost, 4),
         usd_per_million_output_tokens=round(per_million, 4),
+        cost_at_traffic=cost,
         weights_gib=e.memory.weights_gib,
         is_neuron=chosen.is_neuron,
         bottleneck=bottleneck,
@@ -405,6 +492,19 @@ def plan_inference(
         reasons=reasons,
         alternatives=alternatives,
         notes=notes,
+    )
+
+
+def _cost_reason(cost: FleetCost, traffic: RealtimeTraffic) -> str:
+    items = ", ".join(f"{item.name} ${item.usd_per_hour:.3f}" for item in cost.items)
+    at_traffic = cost.usd_per_million_output_tokens_at_traffic
+    return (
+        f"As deployed at this traffic the fleet costs ${cost.usd_per_hour:.2f}/h (${cost.usd_per_month:,.0f}/month): "
+        f"{items}. At the traffic's own rate ({traffic.concurrent_sessions} sessions x "
+        f"{traffic.output_tokens_per_s_per_session:g} tokens/s = {cost.output_tokens_per_hour_at_traffic / 1e6:.2f}M "
+        "output tokens/h) that is "
+        + ("n/a" if at_traffic is None else f"${at_traffic:.2f}")
+        + f" per 1M output tokens, against ${cost.usd_per_million_output_tokens_at_capacity:.2f} at capacity."
     )
 
 
@@ -482,7 +582,8 @@ def plan_embedding(
             f"BatchTraffic.sequence_tokens ({traffic.sequence_tokens}) exceeds {model.name}'s max_context "
             f"({model.max_context}): chunk documents to at most {model.max_context} tokens"
         )
-    candidates = _candidates(instance_types, include_neuron)
+    pool = _Candidates(instance_types, include_neuron, region)
+    candidates = pool.instances
     sequence = min(traffic.sequence_tokens, traffic.tokens_per_document)
     # Every worker boots, pulls the image, downloads and loads the encoder before it takes work: that time comes out
     # of the deadline (a fleet that scales from zero starts all its workers at once).
@@ -552,6 +653,23 @@ def plan_embedding(
     spot = traffic.spot_ok
     if spot:
         cost_lever = "Spot capacity across several equivalent types (a batch retries interruptions). " + cost_lever
+    price = pool.prices[chosen.instance_type]
+    spot_instance_types = _spot_equivalents(chosen, candidates, rates) if spot else []
+    # A Spot job is costed at the regional Spot estimate where one is known; on-demand otherwise, and said so.
+    spot_priced = spot and price.spot_usd_per_hour is not None
+    job_cost = batch_job_cost(
+        chosen.instance_type,
+        region=region,
+        instances=instances,
+        total_tokens=traffic.total_tokens,
+        tokens_per_s_per_instance=rate,
+        startup_s=startup.total_s,
+        weights_gib=model.weight_bytes / GIB,
+        spot=spot_priced,
+    )
+    catalog = load_catalog()
+    overrides = [catalog.instance(name) for name in spot_instance_types]
+    quota = _quota(chosen, instances, spot=spot, overrides=overrides)
     reasons = [
         f"{traffic.documents:,} documents x {traffic.tokens_per_document} tokens = {traffic.total_tokens:,} tokens.",
         f"{chosen.instance_type} embeds ~{rate:,.0f} tokens/s ({workers} worker(s), one per {chosen.accelerator.name}, "
@@ -559,10 +677,15 @@ def plan_embedding(
         f"{instances} instance(s) finish in {hours:.1f} h ({startup.total_s / 60:.0f} min of worker start-up, then "
         f"{work_hours:.1f} h of work), inside {traffic.deadline_hours} h less "
         f"{traffic.headroom:.0%} headroom ({usable_hours:.1f} h).",
-        f"${chosen.on_demand_usd_per_hour:.3f}/h on-demand gives ${per_million:.4f} per 1M tokens, the cheapest of "
-        f"{len(ranked)} options that meet the deadline" + (" (Spot lowers it further)." if spot else "."),
+        f"${chosen.on_demand_usd_per_hour:.3f}/h ({price.on_demand_label}) gives ${per_million:.4f} per 1M tokens "
+        f"of compute, the cheapest of {len(ranked)} options that meet the deadline.",
+        f"The whole job costs ${job_cost.total_usd:,.2f} over {job_cost.hours_wall_clock:.2f} h of wall clock "
+        f"({job_cost.startup_hours * 60:.0f} min start-up + {job_cost.work_hours:.2f} h work per worker), "
+        f"${job_cost.usd_per_million_tokens:.4f} per 1M tokens all in, "
+        + (f"at the Spot estimate ({price.spot_label})." if spot_priced else f"at {job_cost.instance_price_label}.")
+        + ("" if spot_priced or not spot else " No Spot estimate is known there, so on-demand is charged."),
     ]
-    notes = [vcpu_quota_note(chosen, instances, spot=spot)] + [f"{o.instance_type}: {o.note}" for o in unpriced]
+    notes = _quota_notes(quota, chosen) + _unpriced_note(unpriced) + pool.notes() + list(job_cost.notes)
     if not include_neuron and instance_types is None:
         notes.append("Inferentia2 was not ranked (include_neuron=False): it needs a Neuron-compiled encoder.")
     alternatives = [
@@ -593,8 +716,14 @@ def plan_embedding(
         worker_startup_s=startup.total_s,
         usd_per_hour=chosen.on_demand_usd_per_hour,
         usd_per_million_tokens=round(per_million, 5),
+        job_cost=job_cost,
+        region=region,
+        price_label=price.on_demand_label,
+        spot_usd_per_hour=price.spot_usd_per_hour,
+        spot_price_label=price.spot_label,
+        quota=quota,
         spot=spot,
-        spot_instance_types=_spot_equivalents(chosen, candidates, rates) if spot else [],
+        spot_instance_types=spot_instance_types,
         weights_gib=round(model.weight_bytes / GIB, 3),
         is_neuron=chosen.is_neuron,
         bottleneck=bottleneck,

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from genai_constructs.planner.pricing import BatchCost, FleetCost, QuotaNeed
 from genai_constructs.workload import BatchTraffic, ModelShape, RealtimeTraffic
 
 
@@ -49,6 +50,17 @@ class Estimate(_Result):
     memory: MemoryBreakdown
     fits: bool
     terms_ms: dict[str, float] = Field(description="Decode step broken into its terms, for review.")
+    kv_cache_overflows: bool = Field(
+        default=False,
+        description="The requested concurrency's KV cache exceeds the memory left after weights and overhead: the "
+        "runtime runs only sequences_running at once (the rest wait or are preempted and recomputed), and tpot_ms and "
+        "output_tokens_per_s are for those.",
+    )
+    sequences_running: int = Field(
+        default=0,
+        description="Sequences decoded together: the concurrency, or on KV overflow the sequences that fit.",
+    )
+    warnings: list[str] = Field(default_factory=list, description="What the estimate could not honour, with numbers.")
 
 
 class ServerSettings(_Result):
@@ -138,7 +150,23 @@ class _Plan(_Result):
     accelerator: str
     min_instances: int
     max_instances: int
-    usd_per_hour: float | None = Field(description="One instance, on-demand (None where AWS publishes no price).")
+    usd_per_hour: float | None = Field(
+        description="One instance, on-demand, in ``region`` (None where AWS publishes no price)."
+    )
+    region: str | None = Field(
+        default=None, description="Where prices and availability were read; None: us-east-1 prices, any region."
+    )
+    price_label: str = Field(default="", description="Where usd_per_hour comes from (region, source, date).")
+    spot_usd_per_hour: float | None = Field(
+        default=None, description="One instance at the regional Spot estimate (None where none is known)."
+    )
+    spot_price_label: str = Field(
+        default="", description="Where the Spot estimate comes from; an estimate, not a quote."
+    )
+    quota: QuotaNeed | None = Field(
+        default=None,
+        description="The vCPU quota the fleet needs at its group maximum (and, with Spot, its largest override).",
+    )
     weights_gib: float
     is_neuron: bool
     bottleneck: str = Field(description="What to watch on this fleet: the dominant term and the family's limit.")
@@ -166,8 +194,18 @@ class InferencePlan(_Plan):
     )
     estimate: Estimate = Field(description="At the planned per-instance concurrency.")
     server: ServerSettings = Field(description="The model server's start-up settings, checked against vLLM's rules.")
-    usd_per_hour_at_peak: float | None = Field(description="max_instances on-demand.")
-    usd_per_million_output_tokens: float | None
+    usd_per_hour_at_peak: float | None = Field(description="max_instances x usd_per_hour: compute only.")
+    usd_per_million_output_tokens: float | None = Field(
+        description="At capacity: one instance's price over its output tokens at the planned concurrency, i.e. "
+        "what a token costs when every instance is as busy as planned. See cost_at_traffic for the bill at the "
+        "user's own token rate."
+    )
+    cost_at_traffic: FleetCost | None = Field(
+        default=None,
+        description="The fleet's $/hour as deployed at the traffic (instances, warm-pool and root volumes, the load "
+        "balancer, the interface endpoints), each a labelled item, and $/1M output tokens at the traffic's own "
+        "token rate beside the at-capacity figure. None where the instance has no price.",
+    )
 
 
 class EmbeddingPlan(_Plan):
@@ -190,5 +228,10 @@ class EmbeddingPlan(_Plan):
         default=0.0, description="Seconds from launch until a worker takes work (planner/startup.py, cold path)."
     )
     usd_per_million_tokens: float | None
+    job_cost: BatchCost | None = Field(
+        default=None,
+        description="The whole job: every worker's start-up and work hours, root volumes and endpoints, labelled; "
+        "at the Spot estimate when spot. None where the instance has no price.",
+    )
     spot: bool
     spot_instance_types: list[str] = Field(description="Equivalent types for a Spot mixed-instances policy.")
