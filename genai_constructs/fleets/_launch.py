@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import gzip
 import json
-import math
 import shlex
 from base64 import b64encode
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,13 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
+# The root-volume rule lives with the planner's deployment facts, so the plan's cost prices the same volume
+# (re-exported here: the fleets size their roots from it).
+from genai_constructs.planner.deployment import CONTAINER_IMAGE_GIB as CONTAINER_IMAGE_GIB
+from genai_constructs.planner.deployment import DLAMI_ROOT_GIB as DLAMI_ROOT_GIB
+from genai_constructs.planner.deployment import ROOT_VOLUME_HEADROOM as ROOT_VOLUME_HEADROOM
+from genai_constructs.planner.deployment import root_volume_gib as root_volume_gib
+
 AcceleratorKind = Literal["nvidia", "neuron"]
 
 NVIDIA_DLAMI_PARAMETER = (
@@ -44,12 +50,6 @@ multi-framework DLAMI (the ``multi-framework/amazon-linux-2023`` parameter appea
 guide), and vLLM is not offered on the AL2023 multi-framework images since SDK 2.27.1."""
 ROOT_DEVICE_NAME = "/dev/xvda"
 """Root device of the Amazon Linux 2023 DLAMIs; naming it resizes and encrypts the root rather than adding a disk."""
-DLAMI_ROOT_GIB = 100
-"""The DLAMI root snapshots are 75-100 GiB (the Neuron DLAMI's is 100 GiB); size for the larger."""
-CONTAINER_IMAGE_GIB = 40
-"""A vLLM GPU image is ~11 GB compressed; pulling it holds the layers and the unpacked image at once."""
-ROOT_VOLUME_HEADROOM = 0.2
-"""Room for logs, caches (torch compile, CUDA graphs) and a second model version during a refresh."""
 METADATA_HOP_LIMIT = 1
 """One hop: the instance reaches IMDS, a container on a bridge network does not, so a compromised model server
 cannot lift the instance role's credentials through the bridge."""
@@ -84,16 +84,6 @@ def gpu_machine_image(accelerator: AcceleratorKind) -> ec2.IMachineImage:
     its instance refresh like any other change. Pass a pinned image to the fleet to avoid that.
     """
     return ec2.MachineImage.from_ssm_parameter(dlami_parameter_name(accelerator), os=ec2.OperatingSystemType.LINUX)
-
-
-def root_volume_gib(weights_gib: float, *, os_gib: int = DLAMI_ROOT_GIB, image_gib: int = CONTAINER_IMAGE_GIB,
-                    headroom: float = ROOT_VOLUME_HEADROOM) -> int:
-    """Root volume size: the AMI, the server image and the weights cached on EBS, plus headroom, in GiB.
-
-    Weights live on the EBS root, never on instance store: a warm-pool instance is stopped, and a stop erases
-    instance store (EC2 Auto Scaling user guide, warm pools).
-    """
-    return int(math.ceil((os_gib + image_gib + weights_gib) * (1 + headroom)))
 
 
 def ebs_encryption_key(scope: Construct, id: str, *, description: str) -> kms.Key:
@@ -440,11 +430,27 @@ class ServingUserData:
     """Environment of the model server container (``docker run --env``), e.g. a retrieval tier's zonal names."""
     runtime_code_bucket: str = ""
     runtime_code_key: str = ""
-    kv_cache_dtype: str = "auto"
-    """vLLM's --kv-cache-dtype: "auto" (the model's dtype) or "fp8" where the plan assumed a one-byte cache."""
     """An S3 object (a zip of ``health_sidecar.py`` and ``request_proxy.py``, e.g. a CDK asset of ``runtime/``) the
     instance fetches them from; the instance role must be able to read it. Without it ("") both travel in the user
     data as payloads, and the request proxy alone is larger than EC2's 16 KB user data limit."""
+    kv_cache_dtype: str = "auto"
+    """vLLM's --kv-cache-dtype: "auto" (the model's dtype) or "fp8" where the plan assumed a one-byte cache."""
+    replicas_per_instance: int = 1
+    """Model server containers per instance (``InferencePlan.replicas_per_instance``): replica N gets its own devices
+    and the loopback port ``upstream_port + N``; the request proxy and the health sidecar front all of them."""
+    devices_per_replica: int = 0
+    """Accelerator devices (GPUs, or Inferentia2/Trainium chips) of one replica; required with several replicas (one
+    replica takes every device of the instance). ``tensor_parallel_size`` stays the ranks of one replica."""
+
+    def __post_init__(self) -> None:
+        if self.replicas_per_instance < 1:
+            raise ValueError(f"replicas_per_instance ({self.replicas_per_instance}) must be at least 1")
+        if self.replicas_per_instance > 1 and self.devices_per_replica < 1:
+            raise ValueError(f"devices_per_replica ({self.devices_per_replica}) must be at least 1 with "
+                             f"{self.replicas_per_instance} replicas: each replica is pinned to its own devices")
+        if self.upstream_port + self.replicas_per_instance - 1 > 65535:
+            raise ValueError(f"upstream_port ({self.upstream_port}) + {self.replicas_per_instance} replicas runs past "
+                             "port 65535: choose a lower upstream_port")
 
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
@@ -543,6 +549,8 @@ def render_serving_user_data(settings: ServingUserData) -> str:
         "LOG_GROUP_NAME": settings.log_group_name,
         "FETCH_TIMEOUT_S": str(settings.fetch_timeout_s),
         "UPSTREAM_PORT": str(settings.upstream_port),
+        "REPLICAS_PER_INSTANCE": str(settings.replicas_per_instance),
+        "DEVICES_PER_REPLICA": str(settings.devices_per_replica),
         "KEEP_ALIVE_S": str(settings.keep_alive_s),
         "DRAIN_S": str(settings.drain_s),
         "LIFECYCLE_HOOK_NAME": settings.lifecycle_hook_name,

@@ -30,7 +30,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from genai_constructs.errors import ConfigurationError
-from genai_constructs.fleets import _launch
+from genai_constructs.fleets import _launch, _region
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.planner import load_catalog, plan_embedding
 from genai_constructs.planner.plans import EmbeddingPlan
@@ -190,8 +190,9 @@ class EmbeddingBatchFleet(Construct):
                   worker_command=worker_command, documents_per_message=documents_per_message,
                   max_receive_count=max_receive_count, max_instances=max_instances, scale_in_after=scale_in_after,
                   warm_pool=warm_pool)
-        plan = plan or plan_embedding(model, traffic)
-        problems = []
+        # The stack's region when it is concrete: prices and availability there (fleets/_region.py).
+        plan = plan or plan_embedding(model, traffic, region=_region.stack_region(scope))
+        problems = _region.region_problems(scope, instance_types=[plan.instance_type, *plan.spot_instance_types])
         if warm_pool and plan.spot and not traffic.spot_ok:
             problems.append(
                 "warm_pool=True cannot be combined with Spot: EC2 Auto Scaling does not allow a warm pool on a group "
@@ -207,6 +208,7 @@ class EmbeddingBatchFleet(Construct):
         if problems:
             raise ConfigurationError(_NAME, problems)
         super().__init__(scope, id)
+        _region.warn_about_prices(self, plan_region=plan.region)
         self.plan = plan
         self.network = network
         self.input_prefix, self.output_prefix, self.model_prefix = input_prefix, output_prefix, model_prefix
@@ -605,13 +607,20 @@ class EmbeddingBatchFleet(Construct):
                            "total": self._fleet_metric("nvidia_smi_memory_total", "Maximum", "total")})
 
     def metric_usd_per_million_vectors(self) -> cw.MathExpression | None:
-        """Compute cost of a million vectors per hour: instances x price / vectors x 1e6 (plan's purchase price)."""
-        if self.plan.usd_per_hour is None:
+        """Compute cost of a million vectors per hour: instances x price / vectors x 1e6.
+
+        The price is the one the fleet buys at: the plan's regional Spot estimate for a Spot fleet where one is known
+        (labelled an estimate: Spot prices move), else its on-demand price.
+        """
+        spot_price = self.plan.spot_usd_per_hour if self.plan.spot else None
+        price = spot_price if spot_price is not None else self.plan.usd_per_hour
+        if price is None:
             return None
         hour = Duration.hours(1)
+        label = "USD per 1M vectors" + (" (Spot estimate)" if spot_price is not None else " (on-demand)")
         return cw.MathExpression(
-            expression=f"IF(vectors > 0, inservice * {self.plan.usd_per_hour:g} / vectors * 1000000, 0)",
-            label="USD per 1M vectors", period=hour,
+            expression=f"IF(vectors > 0, inservice * {price:g} / vectors * 1000000, 0)",
+            label=label, period=hour,
             using_metrics={"inservice": cw.Metric(
                 namespace="AWS/AutoScaling", metric_name="GroupInServiceInstances", statistic="Average", period=hour,
                 dimensions_map={"AutoScalingGroupName": self.auto_scaling_group.auto_scaling_group_name}),

@@ -1,7 +1,8 @@
 """GpuInferenceFleet: real-time model serving on EC2 that stays predictable under load.
 
-The plan (``plan_inference``) picks the instance, the tensor-parallel degree and the per-instance concurrency cap;
-this construct turns it into an Auto Scaling group behind an internal Application Load Balancer, with a health
+The plan (``plan_inference``) picks the instance, how its devices are split into model replicas (one server container
+per replica, each tensor-parallel over its own devices), each replica's concurrency cap and the per-instance
+concurrency; this construct turns it into an Auto Scaling group behind an internal Application Load Balancer, with a health
 check that proves the model answers, scaling on what users feel, a warm pool for fast starts, deployments that
 never mix model versions behind one target group, and a dashboard and alarms. See docs/gpu-inference-fleet.md.
 """
@@ -39,7 +40,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
 from genai_constructs.errors import ConfigurationError, GenaiConstructsError
-from genai_constructs.fleets import _launch
+from genai_constructs.fleets import _launch, _region
 from genai_constructs.monitoring import (
     InferenceAlarmThresholds,
     InferenceFleetAlarmFactory,
@@ -49,6 +50,14 @@ from genai_constructs.monitoring import (
 from genai_constructs.monitoring.alarms import P99_LATENCY_FACTOR
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.planner import estimate, load_catalog, plan_inference
+from genai_constructs.planner.deployment import (  # the plan's cost prices the same volumes and warm pool
+    INFERENCE_ROOT_VOLUME_IOPS as ROOT_VOLUME_IOPS,
+)
+from genai_constructs.planner.deployment import (
+    INFERENCE_ROOT_VOLUME_THROUGHPUT_MIBPS as ROOT_VOLUME_THROUGHPUT_MIBPS,
+)
+from genai_constructs.planner.deployment import SCALE_OUT_ROOM, WARM_POOL_MIN_SIZE
+from genai_constructs.planner.estimate import tensor_parallel_ranks
 from genai_constructs.planner.plans import InferencePlan
 from genai_constructs.planner.server_settings import kv_gib_one_request
 from genai_constructs.planner.startup import StartupEstimate, time_to_serving
@@ -87,11 +96,6 @@ LAUNCH_HOOK_MARGIN = 1.5
 """The launch hook's heartbeat timeout is the modelled cold start (planner.startup) times 1.5: the boot script sends
 heartbeats while it works, so the timeout only matters when the script has died; then the instance is abandoned
 and replaced after at most one and a half cold starts."""
-ROOT_VOLUME_THROUGHPUT_MIBPS = 1000
-"""gp3 defaults to 125 MiB/s, which makes a 131 GiB model take 18 minutes to read from a warm-pool instance's root;
-1000 MiB/s reads it in about 2.5. Costs about USD 35 per volume-month above the baseline."""
-ROOT_VOLUME_IOPS = 4000
-"""gp3 allows 0.25 MiB/s per provisioned IOPS: 1000 MiB/s needs 4000 IOPS."""
 DEREGISTRATION_DELAY = Duration.seconds(300)
 """A draining instance keeps its streams for 5 minutes: a few thousand tokens at 20-50 ms each finish inside it."""
 IDLE_TIMEOUT = Duration.seconds(300)
@@ -101,12 +105,6 @@ SERVER_KEEP_ALIVE = Duration.seconds(360)
 exceed the load balancer's idle timeout, or the ALB reuses a connection the target has just closed and answers 502
 (Elastic Load Balancing user guide, "Connection idle timeout": configure the application's idle timeout to be larger
 than the load balancer's). IDLE_TIMEOUT + 60 s."""
-SCALE_OUT_ROOM = 1
-"""When the plan's peak fits in min_instances (max == min), the group still gets one instance of room: the latency
-policy can answer traffic above the plan, and CloudFormation rejects target tracking on a group with max == min."""
-WARM_POOL_MIN_SIZE = 1
-"""One stopped, pre-loaded instance always waits: replacing a wedged instance or the first scale-out starts in
-minutes rather than a full cold start, for the price of one stopped root volume."""
 SCALE_OUT_EVALUATION_MINUTES = 3
 SCALE_OUT_DATAPOINTS = 2
 """Latency-driven scale-out after two bad minutes out of three: fast, but not on a single slow minute."""
@@ -158,7 +156,7 @@ DEFAULT_SERVER_ARGS: tuple[str, ...] = (
     "--kv-cache-dtype", "{kv_cache_dtype}",
     "--port", "{port}",
 )
-"""vLLM with the plan's server settings (``plan.server``): tensor-parallel degree, the per-instance cap on sequences
+"""vLLM with the plan's server settings (``plan.server``, one replica's): tensor-parallel degree, the cap on sequences
 (--max-num-seqs), the longest request the traffic allows (--max-model-len: without it vLLM takes the model's own
 maximum, whose KV cache for one sequence may not fit, and refuses to start) and the fraction of device memory the
 estimator assumed (--gpu-memory-utilization), and a one-byte KV cache where the plan assumed one
@@ -262,9 +260,10 @@ class GpuInferenceFleet(Construct):
             image_tag=image_tag, server_port=server_port, health_check_path=health_check_path,
             certificate=certificate, allow_plain_http=allow_plain_http, warm_pool=warm_pool, spot=spot,
             green_model_artifact=green_model_artifact, green_traffic_percent=green_traffic_percent,
-            server_args=server_args, server_environment=server_environment,
+            server_args=server_args, server_environment=server_environment, region=_region.stack_region(scope),
         )
         super().__init__(scope, id)
+        _region.warn_about_prices(self, plan_region=plan.region)
         self.plan: InferencePlan = plan
         self.server_environment: dict[str, str] = dict(server_environment or {})
         self.network = network
@@ -497,6 +496,7 @@ class GpuInferenceFleet(Construct):
             manifest_name=artifact.manifest_name, image_uri=self.image_uri, server_entrypoint=server_entrypoint,
             server_args=server_args, served_model_name=model.name, server_port=server_port,
             tensor_parallel_size=plan.server.tensor_parallel_size, max_num_seqs=plan.server.max_num_seqs,
+            replicas_per_instance=plan.replicas_per_instance, devices_per_replica=plan.devices_per_replica,
             health_port=DEFAULT_HEALTH_PORT, health_path=health_check_path,
             health_probe_timeout_s=HEALTH_PROBE_TIMEOUT.to_seconds(), accelerator=accelerator,
             region=Aws.REGION, metric_namespace=METRIC_NAMESPACE, fleet_name=fleet,
@@ -560,7 +560,8 @@ class GpuInferenceFleet(Construct):
         traffic = plan.traffic
         return {
             "model": plan.model.name, "model_version": artifact.version, "instance_type": plan.instance_type,
-            "devices_per_replica": plan.devices_per_replica, "weights_gib": plan.weights_gib,
+            "devices_per_replica": plan.devices_per_replica, "replicas_per_instance": plan.replicas_per_instance,
+            "weights_gib": plan.weights_gib,
             "concurrency_per_instance": plan.concurrency_per_instance, "in_flight_target": self.in_flight_target,
             "server": plan.server.model_dump(mode="json"),
             "traffic": {"concurrent_sessions": traffic.concurrent_sessions,
@@ -849,14 +850,41 @@ def _vllm_default_length_problems(model: ModelShape, plan: InferencePlan, server
             f"\"{{max_model_len}}\" (the plan's {server.max_model_len:,})"]
 
 
+def _replica_layout_problems(plan: InferencePlan, *, overridden: bool) -> list[str]:
+    """The plan's replicas must tile the instance's devices: each replica's server container is pinned to
+    ``devices_per_replica`` devices of its own (the boot script), so replicas x devices may not exceed what the
+    instance has, and each replica's tensor-parallel ranks must be its devices' (one per GPU, two per Neuron chip)."""
+    try:
+        instance = load_catalog().instance(plan.instance_type)
+    except GenaiConstructsError as error:
+        return [str(error)]
+    replicas, devices = plan.replicas_per_instance, plan.devices_per_replica
+    fix = "drop instance_type to let the planner choose, or pick one with more devices" if overridden else \
+        "re-plan (plan_inference) rather than editing the plan"
+    problems = []
+    if replicas < 1 or devices < 1 or replicas * devices > instance.accelerator_count:
+        problems.append(
+            f"instance_type ({plan.instance_type!r}) has {instance.accelerator_count} accelerator devices, but the "
+            f"plan runs {replicas} replicas of {devices} devices ({replicas * devices}): {fix}")
+    ranks = tensor_parallel_ranks(instance, devices)
+    if plan.server.tensor_parallel_size != ranks:
+        problems.append(
+            f"plan.server.tensor_parallel_size ({plan.server.tensor_parallel_size}) is not the {ranks} ranks of one "
+            f"replica of {devices} {'Neuron chips (two NeuronCores each)' if instance.is_neuron else 'GPUs'} on "
+            f"{plan.instance_type}: each replica's server is one tensor-parallel group of its own devices; {fix}")
+    return problems
+
+
 def _validate(
     *, model: ModelShape, traffic: RealtimeTraffic, model_artifact: ModelArtifact, instance_type: str | None,
     min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
     image_tag: str | None, server_port: int, health_check_path: str, certificate: acm.ICertificate | None,
     allow_plain_http: bool | None, warm_pool: bool, spot: bool, green_model_artifact: ModelArtifact | None,
     green_traffic_percent: int, server_args: Sequence[str] | None, server_environment: Mapping[str, str] | None,
+    region: str | None,
 ) -> InferencePlan:
-    """Check every argument, gather every problem, raise once; return the plan."""
+    """Check every argument, gather every problem, raise once; return the plan (planned in the stack's ``region``
+    when it is concrete: fleets/_region.py)."""
     problems: list[str] = []
     for name in server_environment or {}:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -883,12 +911,12 @@ def _validate(
             else:
                 try:
                     plan = plan_inference(model, traffic, instance_types=[instance.instance_type],
-                                          include_neuron=instance.is_neuron)
+                                          include_neuron=instance.is_neuron, region=region)
                 except GenaiConstructsError as error:
                     problems.append(f"instance_type ({instance_type!r}): {error}")
     else:
         try:
-            plan = plan_inference(model, traffic)
+            plan = plan_inference(model, traffic, region=region)
         except GenaiConstructsError as error:
             problems.append(str(error))
 
@@ -921,6 +949,8 @@ def _validate(
                         f"e.g. {DEFAULT_HEALTH_PATH!r}")
     if image_repository is not None and not image_tag:
         problems.append("image_repository given without image_tag: pin the server image with image_tag='...'")
+    if plan is not None:
+        problems.extend(_replica_layout_problems(plan, overridden=instance_type is not None))
     if plan is not None and plan.is_neuron and image_repository is None:
         problems.append(f"instance_type ({plan.instance_type!r}) is Neuron: the default vLLM image is for NVIDIA "
                         "GPUs; pass image_repository= and image_tag= of a Neuron vLLM image and a Neuron-compiled "

@@ -12,6 +12,19 @@ On each check (cached for ``--cache-s`` seconds so the load balancer's checks co
    the server is busy, not wedged: a full batch queues the probe behind real work. Answer 200 ("busy") so that a
    fleet under load does not mark its own instances unhealthy and cascade.
 
+Several replicas (``--upstream`` repeated: one model server per replica, each on its own loopback port) are probed
+at once, each with its own progress counter, so a check takes one probe timeout however many replicas there are. The
+instance is healthy only when every replica is: one wedged replica (or one that is down) makes the answer 503, naming
+the replica. Why not stay up on the others: the request proxy skips a replica that refuses connections, but it cannot
+tell a wedged one from a slow one, so a wedged replica keeps taking its share of requests, which then wait out the
+proxy's upstream timeout, and a hung container does not exit, so systemd never restarts it; the instance also serves
+below the per-instance concurrency the scaling policy counts on. Reporting 503 takes the instance out of rotation
+after the target group's unhealthy threshold (three checks), and the group's ELB health check replaces it with a whole
+one (a warm-pool instance when there is one): a wedged model is never reported up (Elastic Load Balancing user guide,
+"Health checks for Application Load Balancer target groups"; EC2 Auto Scaling user guide, "Health checks for instances
+in an Auto Scaling group": ELB health checks). The same rule makes the boot script's wait for the first 200 a wait for
+every replica.
+
 Optionally (``--emf-address``) it publishes, every check, a CloudWatch embedded-metric-format record to the local
 CloudWatch agent: ``GeneratedTokens`` (the rise of the server's token counter), which the fleet's cost-per-token
 figure reads. Requests in flight and waiting are the request proxy's to publish (``RequestsInFlight`` and
@@ -30,6 +43,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -53,14 +67,18 @@ class Verdict:
     reason: str
     checked_at: float
     probe_ms: float | None = None
+    replicas: list[dict[str, str]] | None = None
+    """With several replicas: each one's upstream, status and reason (the slowest probe is ``probe_ms``)."""
 
     def as_json(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "status": "ok" if self.healthy else "unhealthy",
             "reason": self.reason,
             "checked_at": round(self.checked_at, 3),
             "probe_ms": None if self.probe_ms is None else round(self.probe_ms, 1),
         }
+        if self.replicas is not None:
+            body["replicas"] = self.replicas
         return json.dumps(body).encode()
 
 
@@ -98,11 +116,14 @@ def parse_prometheus(text: str, names: tuple[str, ...]) -> dict[str, float]:
 
 
 class Checker:
-    """Probes the model server and caches the verdict; thread-safe (one probe at a time)."""
+    """Probes every replica's model server (in parallel) and caches the verdict; thread-safe (one check at a time).
+
+    Healthy only when every replica is (see the module docstring for why one wedged replica fails the instance).
+    """
 
     def __init__(
         self,
-        upstream: str,
+        upstream: str | Sequence[str],
         *,
         model: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -111,17 +132,17 @@ class Checker:
         emf: EmfPublisher | None = None,
         clock: Any = time.monotonic,
     ) -> None:
-        self.upstream = upstream.rstrip("/")
-        self.model = model
-        self.timeout_s = timeout_s
+        upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
+        if not upstreams:
+            raise ValueError("at least one upstream is needed")
+        self.replicas = [ReplicaProbe(url, model=model, timeout_s=timeout_s, progress_metric=progress_metric,
+                                      scrape_always=emf is not None) for url in upstreams]
         self.cache_s = cache_s
-        self.progress_metric = progress_metric
         self.emf = emf
         self._clock = clock
         self._lock = threading.Lock()
         self._verdict: Verdict | None = None
         self._verdict_at = float("-inf")
-        self._last_progress: float | None = None
 
     def verdict(self) -> Verdict:
         with self._lock:
@@ -129,6 +150,57 @@ class Checker:
                 self._verdict = self._check()
                 self._verdict_at = self._clock()
             return self._verdict
+
+    def _check(self) -> Verdict:
+        if len(self.replicas) == 1:
+            outcomes = [self.replicas[0].check()]
+        else:  # at once: a check takes one probe's time, not one per replica (the load balancer's timeout is fixed)
+            outcomes = [ReplicaOutcome(Verdict(False, "probe did not run", 0.0), 0.0, False)] * len(self.replicas)
+
+            def run(index: int) -> None:
+                outcomes[index] = self.replicas[index].check()
+
+            threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(self.replicas))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        if self.emf is not None and any(outcome.scraped for outcome in outcomes):
+            self.emf.publish(sum(outcome.progressed for outcome in outcomes))
+        verdicts = [outcome.verdict for outcome in outcomes]
+        if len(verdicts) == 1:
+            return verdicts[0]
+        now = time.time()
+        probe_ms = max((v.probe_ms for v in verdicts if v.probe_ms is not None), default=None)
+        failed = [(i, v) for i, v in enumerate(verdicts) if not v.healthy]
+        replicas = [{"upstream": self.replicas[i].upstream, "status": "ok" if v.healthy else "unhealthy",
+                     "reason": v.reason} for i, v in enumerate(verdicts)]
+        if not failed:
+            return Verdict(True, f"all {len(verdicts)} replicas answered", now, probe_ms, replicas)
+        named = "; ".join(f"replica {i} ({self.replicas[i].upstream}): {v.reason}" for i, v in failed)
+        return Verdict(False, f"{len(failed)} of {len(verdicts)} replicas unhealthy: {named}", now, probe_ms, replicas)
+
+
+@dataclass(frozen=True)
+class ReplicaOutcome:
+    """One replica's check: its verdict, the tokens it generated since its previous check, whether it was scraped."""
+
+    verdict: Verdict
+    progressed: float
+    scraped: bool
+
+
+class ReplicaProbe:
+    """One model server (one replica): the one-token probe, and the progress counter that tells busy from wedged."""
+
+    def __init__(self, upstream: str, *, model: str, timeout_s: float, progress_metric: str,
+                 scrape_always: bool) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.model = model
+        self.timeout_s = timeout_s
+        self.progress_metric = progress_metric
+        self.scrape_always = scrape_always
+        self._last_progress: float | None = None
 
     def _model_name(self) -> str:
         if not self.model:  # learned once: the served model does not change under a running server
@@ -144,7 +216,7 @@ class Checker:
         except (OSError, ValueError):
             return None
 
-    def _check(self) -> Verdict:
+    def check(self) -> ReplicaOutcome:
         started = time.monotonic()
         probe_error: str | None = None
         try:
@@ -169,18 +241,18 @@ class Checker:
             probe_error = f"model server gave an unusable answer: {type(error).__name__}: {error}"
         probe_ms = (time.monotonic() - started) * 1000.0
 
-        sample = self._scrape() if (probe_error is None or "within" in probe_error or self.emf) else None
+        sample = self._scrape() if (probe_error is None or "within" in probe_error or self.scrape_always) else None
         progressed = self._note_progress(sample)
-        if self.emf is not None and sample is not None:
-            self.emf.publish(progressed)
 
         now = time.time()
         if probe_error is None:
-            return Verdict(True, "one-token completion answered", now, probe_ms)
-        if "within" in probe_error and progressed:
-            return Verdict(True, f"busy: {probe_error}, but the server generated {progressed:g} tokens since the "
-                                 "last check", now, probe_ms)
-        return Verdict(False, probe_error, now, probe_ms)
+            verdict = Verdict(True, "one-token completion answered", now, probe_ms)
+        elif "within" in probe_error and progressed:
+            verdict = Verdict(True, f"busy: {probe_error}, but the server generated {progressed:g} tokens since the "
+                                    "last check", now, probe_ms)
+        else:
+            verdict = Verdict(False, probe_error, now, probe_ms)
+        return ReplicaOutcome(verdict, progressed, sample is not None)
 
     def _note_progress(self, sample: dict[str, float] | None) -> float:
         """Tokens generated since the previous sample (0 on the first sample or when the counter is absent)."""
@@ -256,7 +328,8 @@ def make_server(checker: Checker, host: str, port: int, path: str) -> ThreadingH
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Health sidecar for an OpenAI-compatible model server.")
-    parser.add_argument("--upstream", default="http://127.0.0.1:8000", help="Model server base URL.")
+    parser.add_argument("--upstream", action="append", default=None,
+                        help="A model server's base URL; repeat it once per replica (default http://127.0.0.1:8000).")
     parser.add_argument("--model", default="", help="Model name for the probe; default: the first of /v1/models.")
     parser.add_argument("--host", default="0.0.0.0")  # noqa: S104 (the load balancer must reach it)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -273,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         EmfPublisher(args.emf_address, namespace=args.namespace, fleet=args.fleet, log_group=args.log_group)
         if args.emf_address else None
     )
-    checker = Checker(args.upstream, model=args.model, timeout_s=args.timeout_s, cache_s=args.cache_s,
+    checker = Checker(args.upstream or ["http://127.0.0.1:8000"], model=args.model, timeout_s=args.timeout_s, cache_s=args.cache_s,
                       progress_metric=args.progress_metric, emf=emf)
     server = make_server(checker, args.host, args.port, args.path)
     server.serve_forever()

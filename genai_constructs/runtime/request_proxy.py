@@ -18,6 +18,13 @@ straight through, unmeasured. Each response is forwarded as it arrives: every ch
 client at once, before it is inspected for tokens (only its chunk framing is read first, to know where the response
 ends).
 
+Several replicas. An instance may run several model servers (replicas, each on its own devices and loopback port:
+``--upstream`` repeated). Each admitted request goes to the replica with the fewest requests in flight (ties: round
+robin), and ``--max-concurrency`` is each replica's own cap (its ``--max-num-seqs``): a request waits here only when
+every replica is full. A replica that refuses the connection (its container restarting) is passed over for
+``REPLICA_RETRY_S`` and the request goes to the next one; only when every replica has refused it does the caller get a
+502. The gauges are the instance's: running and waiting summed over the replicas, KV cache usage averaged.
+
 AWS behaviour relied on:
 
 * Keep-alive longer than the ALB's idle timeout (``--keep-alive-s``, default 360 s against the fleet's 300 s): "we
@@ -97,6 +104,9 @@ UPSTREAM_POOL_SPARE = 16
 """Idle upstream connections kept beyond ``--max-concurrency``: the probes and scrapes that bypass admission."""
 UPSTREAM_CONNECT_TIMEOUT_S = 5.0
 """vLLM is on the same host: a connect that takes seconds means it is not listening, so answer 502 instead."""
+REPLICA_RETRY_S = 2.0
+"""A replica that refused a connection is passed over this long (unless the others are full): a restarting container
+refuses at once, and a retry after two seconds costs one loopback connect."""
 LISTEN_BACKLOG = 1024
 """Every ALB node opens its own connections; a deep accept queue absorbs a burst of them."""
 
@@ -195,9 +205,10 @@ class ProxyConfig:
 
     listen_host: str
     listen_port: int
-    upstream_host: str
-    upstream_port: int
+    upstreams: tuple[tuple[str, int], ...]
+    """(host, port) of every replica's model server, in replica order."""
     max_concurrency: int
+    """Requests forwarded at once to each replica."""
     keep_alive_s: float
     emf: EmfAddress
     namespace: str
@@ -282,10 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--listen", type=_host_port("--listen", DEFAULT_LISTEN), default=DEFAULT_LISTEN,
                         help=f"HOST:PORT the load balancer connects to (default {DEFAULT_LISTEN}).")
     parser.add_argument("--upstream", type=_host_port("--upstream", "127.0.0.1:18000"), required=True,
-                        help="HOST:PORT of the model server (vLLM), e.g. 127.0.0.1:18000.")
+                        action="append",
+                        help="HOST:PORT of a model server (vLLM), e.g. 127.0.0.1:18000; repeat it once per replica.")
     parser.add_argument("--max-concurrency", required=True,
-                        type=_positive_int("--max-concurrency", "give vLLM's --max-num-seqs, e.g. 64"),
-                        help="Requests forwarded at once (vLLM's --max-num-seqs); the rest wait here, FIFO.")
+                        type=_positive_int("--max-concurrency", "give each replica's vLLM --max-num-seqs, e.g. 64"),
+                        help="Requests forwarded at once to each replica (its vLLM --max-num-seqs); the rest wait "
+                             "here, FIFO.")
     parser.add_argument("--keep-alive-s", default=DEFAULT_KEEP_ALIVE_S,
                         type=_seconds("--keep-alive-s", "give e.g. 360 (above the load balancer's idle timeout)"),
                         help=f"Idle client connections are kept this long (default {DEFAULT_KEEP_ALIVE_S:g}).")
@@ -322,6 +335,12 @@ def parse_config(argv: list[str] | None = None) -> ProxyConfig:
     """The configuration from the command line; a bad value exits 2 with one line naming the flag and the fix."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    seen: set[tuple[str, int]] = set()
+    for host, port in args.upstream:
+        if (host, port) in seen:
+            parser.error(f"argument --upstream: '{host}:{port}' is given twice; give each replica's HOST:PORT once "
+                         "(replica N listens on the base port + N)")
+        seen.add((host, port))
     if args.log_file is not None:
         try:
             with open(args.log_file, "ab"):
@@ -331,7 +350,7 @@ def parse_config(argv: list[str] | None = None) -> ProxyConfig:
                          "give a writable path")
     return ProxyConfig(
         listen_host=args.listen[0], listen_port=args.listen[1],
-        upstream_host=args.upstream[0], upstream_port=args.upstream[1],
+        upstreams=tuple(args.upstream),
         max_concurrency=args.max_concurrency, keep_alive_s=args.keep_alive_s, emf=args.emf_address,
         namespace=args.namespace, fleet=args.fleet, model_version=args.model_version, log_group=args.log_group,
         instance_id=args.instance_id, availability_zone=args.availability_zone,
@@ -597,53 +616,119 @@ def _emf_metadata(config: ProxyConfig, metrics: list[dict[str, str]]) -> dict[st
 # ---- Admission ----------------------------------------------------------------------------------------------------
 
 
-class Admission:
-    """At most ``limit`` requests upstream at once; the rest wait first come, first served.
+class Replica:
+    """One model server behind the proxy: its pool of connections, the admitted requests it runs, and until when it
+    is passed over after refusing a connection."""
 
-    A free slot is taken without awaiting anything; a released slot passes straight to the oldest waiter, so a
-    request arriving at that moment cannot jump the queue.
+    __slots__ = ("index", "host", "port", "authority", "pool", "active", "down_until")
+
+    def __init__(self, index: int, host: str, port: int, *, max_idle: int, keep_alive_s: float) -> None:
+        self.index = index
+        self.host = host
+        self.port = port
+        self.authority = f"{host}:{port}".encode()
+        self.pool = UpstreamPool(host, port, max_idle=max_idle, keep_alive_s=keep_alive_s)
+        self.active = 0
+        self.down_until = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def mark_down(self) -> None:
+        self.down_until = time.monotonic() + REPLICA_RETRY_S
+
+    def mark_up(self) -> None:
+        self.down_until = 0.0
+
+
+class Admission:
+    """At most ``limit`` requests upstream at once on each replica; the rest wait first come, first served.
+
+    An admitted request is given the replica with the fewest requests in flight, replicas passed over after a refused
+    connection last, ties in turn (round robin). A free slot is taken without awaiting anything; a released slot
+    passes straight to the oldest waiter that may use that replica (not one it was refused by), so a request arriving
+    at that moment cannot jump the queue.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, replicas: list[Replica], limit: int) -> None:
+        self.replicas = replicas
         self.limit = limit
-        self.active = 0
-        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.waiters: collections.deque[tuple[asyncio.Future[Replica], frozenset[int]]] = collections.deque()
+        self._next = 0
 
     @property
     def waiting(self) -> int:
         return len(self.waiters)
 
-    def try_acquire(self) -> bool:
-        """Take a free slot if there is one and nobody is waiting for it."""
-        if self.active < self.limit and not self.waiters:
-            self.active += 1
-            return True
-        return False
+    @property
+    def active(self) -> int:
+        return sum(replica.active for replica in self.replicas)
 
-    async def acquire(self) -> None:
-        if self.try_acquire():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
+    def route(self, exclude: frozenset[int] = frozenset(), *, capped: bool = True) -> Replica | None:
+        """The replica for the next request, not one in ``exclude``; with ``capped``, only one with a free slot."""
+        now = time.monotonic()
+        count = len(self.replicas)
+        best: Replica | None = None
+        best_key = (True, 0)
+        for offset in range(count):
+            replica = self.replicas[(self._next + offset) % count]
+            if replica.index in exclude or (capped and replica.active >= self.limit):
+                continue
+            key = (now < replica.down_until, replica.active)
+            if best is None or key < best_key:
+                best, best_key = replica, key
+        if best is not None:
+            self._next = (best.index + 1) % count
+        return best
+
+    def try_acquire(self, exclude: frozenset[int] = frozenset()) -> Replica | None:
+        """Take a free slot if there is one and nobody is waiting for it."""
+        if self.waiters:
+            return None
+        replica = self.route(exclude)
+        if replica is not None:
+            replica.active += 1
+        return replica
+
+    async def acquire(self, exclude: frozenset[int] = frozenset()) -> Replica:
+        replica = self.try_acquire(exclude)
+        if replica is not None:
+            return replica
+        waiter: asyncio.Future[Replica] = asyncio.get_running_loop().create_future()
+        entry = (waiter, exclude)
+        self.waiters.append(entry)
         try:
-            await waiter
+            return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self.release()  # the slot was handed over just as the caller went away: pass it on
+                self.release(waiter.result())  # the slot was handed over just as the caller went away: pass it on
             else:
                 try:
-                    self.waiters.remove(waiter)
+                    self.waiters.remove(entry)
                 except ValueError:
                     pass
             raise
 
-    def release(self) -> None:
+    def release(self, replica: Replica) -> None:
+        replica.active -= 1
+        kept: collections.deque[tuple[asyncio.Future[Replica], frozenset[int]]] = collections.deque()
         while self.waiters:
-            waiter = self.waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self.active -= 1
+            waiter, exclude = self.waiters.popleft()
+            if waiter.done():
+                continue
+            chosen = self.route(exclude)
+            if chosen is None:
+                kept.append((waiter, exclude))
+                if all(other.active >= self.limit for other in self.replicas):
+                    break  # no free slot left for anyone behind it either
+                continue
+            chosen.active += 1
+            waiter.set_result(chosen)
+            if all(other.active >= self.limit for other in self.replicas):
+                break
+        kept.extend(self.waiters)
+        self.waiters = kept
 
 
 # ---- HTTP/1.1 framing ----------------------------------------------------------------------------------------------
@@ -1076,7 +1161,7 @@ class Exchange:
         "upstream", "reused", "finished", "holds_slot", "resend", "phase", "response_head",
         "status_code", "decoder", "remaining", "forward_decoded", "meter", "upstream_reusable", "last_upstream_at",
         "timeout_handle", "client_paused", "headers_sent", "model", "stream", "timings", "response_started",
-        "fields_read", "_loop",
+        "fields_read", "replica", "refused_by", "_loop",
     )
 
     def __init__(self, proxy: RequestProxy, client: ClientConnection, head: RequestHead, body: bytes,
@@ -1114,6 +1199,9 @@ class Exchange:
         self.stream = False
         self.timings: dict[str, float] = {}
         self.fields_read = False
+        self.replica: Replica | None = None
+        self.refused_by: list[tuple[int, str]] = []
+        """Replicas that refused this request's connection (index, and what was refused), in order."""
         self._loop = asyncio.get_running_loop()
 
     # -- starting: synchronously when a slot and a pooled connection are free, else in a task that waits --
@@ -1123,12 +1211,17 @@ class Exchange:
         between reading the request and writing it upstream); otherwise a task waits for a slot or a connection."""
         proxy = self.proxy
         if self.measured:
-            if not proxy.admission.try_acquire():
+            replica = proxy.admission.try_acquire()
+            if replica is None:
                 self._spawn(self._wait_and_send())
                 return
             self.holds_slot = True
             self.admitted_at = time.monotonic()
-        upstream = proxy.pool.take_idle()
+        else:  # probes and scrapes: the least busy replica, outside the cap
+            replica = proxy.admission.route(capped=False)
+            assert replica is not None
+        self.replica = replica
+        upstream = replica.pool.take_idle()
         if upstream is None:
             self._spawn(self._wait_and_send())
             return
@@ -1141,24 +1234,46 @@ class Exchange:
         task.add_done_callback(self.proxy.tasks.discard)
 
     async def _wait_and_send(self, *, fresh: bool = False) -> None:
+        admission = self.proxy.admission
         try:
-            if self.measured and not self.holds_slot:
-                await self.proxy.admission.acquire()
-                self.holds_slot = True
-                self.admitted_at = time.monotonic()
-                if self.finished:  # handed a slot just as the caller went away
-                    self._release_slot()
+            while not self.finished:
+                refused = frozenset(index for index, _ in self.refused_by)
+                if self.measured and not self.holds_slot:
+                    self.replica = await admission.acquire(refused)
+                    self.holds_slot = True
+                    self.admitted_at = time.monotonic()
+                    if self.finished:  # handed a slot just as the caller went away
+                        self._release_slot()
+                        return
+                elif self.replica is None:
+                    self.replica = admission.route(refused, capped=False)
+                replica = self.replica
+                assert replica is not None
+                try:
+                    upstream, reused = await replica.pool.acquire(fresh=fresh)
+                except (OSError, asyncio.TimeoutError) as error:  # noqa: UP041 (distinct classes on Python 3.9)
+                    # Nothing was sent: the request may go to another replica. Passed over for a while, so that the
+                    # requests after it do not knock on a restarting server first.
+                    replica.mark_down()
+                    self.refused_by.append((replica.index, f"{replica.label}: {error or 'connect timed out'}"))
+                    if len(self.refused_by) < len(admission.replicas):
+                        self._release_slot()
+                        self.replica = None
+                        fresh = False
+                        continue
+                    if len(admission.replicas) == 1:
+                        message = f"model server unreachable: {error or 'connect timed out'}"
+                    else:
+                        message = ("no model server replica reachable: "
+                                   + "; ".join(reason for _, reason in self.refused_by))
+                    self._fail_before_response(502, "upstream_unavailable", message)
                     return
-            try:
-                upstream, reused = await self.proxy.pool.acquire(fresh=fresh)
-            except (OSError, asyncio.TimeoutError) as error:  # noqa: UP041 (distinct classes on Python 3.9)
-                self._fail_before_response(502, "upstream_unavailable",
-                                           f"model server unreachable: {error or 'connect timed out'}")
+                replica.mark_up()
+                if self.finished:  # the caller went away while the connection was being made
+                    replica.pool.release(upstream)
+                    return
+                self._send(upstream, reused)
                 return
-            if self.finished:  # the caller went away while the connection was being made
-                self.proxy.pool.release(upstream)
-                return
-            self._send(upstream, reused)
         except asyncio.CancelledError:
             if not self.finished:  # shutdown, not the caller leaving (that finishes the exchange first)
                 self._fail_before_response(503, "server_error", "the proxy is shutting down")
@@ -1190,7 +1305,8 @@ class Exchange:
                 lines.append(raw + b"\r\n")
                 has_host = has_host or lower == b"host"
         if not has_host:
-            lines.append(b"Host: %s\r\n" % self.proxy.upstream_authority)
+            assert self.replica is not None
+            lines.append(b"Host: %s\r\n" % self.replica.authority)
         lines.append(b"X-Request-Id: " + self.request_id + b"\r\n")
         if self.body or head.method in (b"POST", b"PUT", b"PATCH"):
             lines.append(b"Content-Length: %d\r\n" % len(self.body))
@@ -1435,7 +1551,7 @@ class Exchange:
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             if self.upstream_reusable and not self.proxy.draining:
-                self.proxy.pool.release(upstream)
+                upstream.pool.release(upstream)
             else:
                 upstream.abort()
         status = "ok" if self.status_code < 400 else "client_error" if self.status_code < 500 else "server_error"
@@ -1486,7 +1602,8 @@ class Exchange:
     def _release_slot(self) -> None:
         if self.holds_slot:
             self.holds_slot = False
-            self.proxy.admission.release()
+            assert self.replica is not None
+            self.proxy.admission.release(self.replica)
 
     def cut(self) -> None:
         """Shutdown after the drain: end this exchange now, however far it got."""
@@ -1795,11 +1912,10 @@ class RequestProxy:
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.admission = Admission(config.max_concurrency)
-        self.pool = UpstreamPool(config.upstream_host, config.upstream_port,
-                                 max_idle=config.max_concurrency + UPSTREAM_POOL_SPARE,
+        self.replicas = [Replica(index, host, port, max_idle=config.max_concurrency + UPSTREAM_POOL_SPARE,
                                  keep_alive_s=config.upstream_keep_alive_s)
-        self.upstream_authority = f"{config.upstream_host}:{config.upstream_port}".encode()
+                         for index, (host, port) in enumerate(config.upstreams)]
+        self.admission = Admission(self.replicas, config.max_concurrency)
         self.sink = RecordSink(config)
         self.clients: set[ClientConnection] = set()
         self.exchanges: set[Exchange] = set()
@@ -1845,8 +1961,8 @@ class RequestProxy:
             "tasks": len(self.tasks),
             "admission_active": self.admission.active,
             "admission_waiting": self.admission.waiting,
-            "upstream_open": len(self.pool.open),
-            "upstream_idle": len(self.pool.idle),
+            "upstream_open": sum(len(replica.pool.open) for replica in self.replicas),
+            "upstream_idle": sum(len(replica.pool.idle) for replica in self.replicas),
             "records_dropped": self.sink.dropped,
         }
 
@@ -1879,24 +1995,56 @@ class RequestProxy:
         interval = self.config.metrics_interval_s
         next_at = time.monotonic()
         while not self._closing:  # a draining instance still reports: its streams still run
-            gauges: dict[str, float] | None = None
-            error: str | None = None
-            try:
-                page = await fetch_metrics_page(self.config.upstream_host, self.config.upstream_port,
-                                                min(SCRAPE_TIMEOUT_S, interval))
-                gauges = parse_vllm_gauges(page)
-            except (OSError, ValueError, asyncio.TimeoutError) as failure:  # noqa: UP041 (Python 3.9)
-                error = f"{type(failure).__name__}: {failure}"[:200]
+            scrapes = await asyncio.gather(*(self._scrape(replica, min(SCRAPE_TIMEOUT_S, interval))
+                                             for replica in self.replicas))
             if self._closing:
                 return
-            self.sink.emit(self.gauge_record(gauges, error))
+            self.sink.emit(self.gauge_record(*self._instance_gauges(scrapes)))
             self.sink.report_drops()
-            self.pool.purge_stale()
+            for replica in self.replicas:
+                replica.pool.purge_stale()
             now = time.monotonic()
             next_at += interval
             if next_at < now:  # a slow scrape: skip the missed ticks rather than publish a burst
                 next_at = now + interval - (now - next_at) % interval
             await asyncio.sleep(next_at - now)
+
+    async def _scrape(self, replica: Replica, timeout_s: float) -> tuple[dict[str, float] | None, str | None]:
+        """One replica's gauges, or the reason there are none."""
+        try:
+            page = await fetch_metrics_page(replica.host, replica.port, timeout_s)
+        except (OSError, ValueError, asyncio.TimeoutError) as failure:  # noqa: UP041 (Python 3.9)
+            return None, f"{type(failure).__name__}: {failure}"[:200]
+        replica.mark_up()
+        return parse_vllm_gauges(page), None
+
+    def _instance_gauges(
+            self, scrapes: list[tuple[dict[str, float] | None, str | None]],
+    ) -> tuple[dict[str, float] | None, str | None]:
+        """The instance's gauges from every replica's: running and waiting summed, KV cache usage averaged.
+
+        The scaling policy holds running + waiting per instance at the plan's per-instance concurrency (replicas x
+        each one's), so the sum keeps the metric meaning what it meant with one replica. A replica whose scrape failed
+        counts the requests the proxy has in flight on it (a refused replica runs none); with no scrape at all there is
+        no RequestsInFlight, as with one replica.
+        """
+        if len(scrapes) == 1:
+            return scrapes[0]
+        errors = [f"{self.replicas[i].label}: {error}" for i, (_, error) in enumerate(scrapes) if error is not None]
+        scraped = [gauges for gauges, _ in scrapes if gauges is not None]
+        error_text = "; ".join(errors)[:600] if errors else None
+        if not scraped:
+            return None, error_text
+        gauges: dict[str, float] = {}
+        for name in (VLLM_RUNNING, VLLM_WAITING):
+            if any(name in one for one in scraped):
+                gauges[name] = sum(one.get(name, 0.0) for one in scraped)
+        if VLLM_RUNNING in gauges:
+            gauges[VLLM_RUNNING] += sum(self.replicas[i].active for i, (g, _) in enumerate(scrapes) if g is None)
+        kv = [one[VLLM_KV_CACHE] for one in scraped if VLLM_KV_CACHE in one]
+        if kv:
+            gauges[VLLM_KV_CACHE] = sum(kv) / len(kv)
+        return gauges, error_text
 
     async def shutdown(self, drain_s: float) -> None:
         """Stop accepting, let in-flight exchanges finish for up to ``drain_s``, cut the rest, flush the records."""
@@ -1919,7 +2067,8 @@ class RequestProxy:
         for client in list(self.clients):
             if client.transport is not None:
                 client.transport.abort()
-        self.pool.close()
+        for replica in self.replicas:
+            replica.pool.close()
         self._closing = True
         await _stop_task(self._gauge_task)
         await self.sink.close(SHUTDOWN_FLUSH_S)
@@ -1938,8 +2087,9 @@ async def serve(config: ProxyConfig) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    _diagnose(f"listening on {config.listen_host}:{proxy.listen_port}, upstream "
-              f"{config.upstream_host}:{config.upstream_port}, max concurrency {config.max_concurrency}")
+    upstreams = ", ".join(replica.label for replica in proxy.replicas)
+    _diagnose(f"listening on {config.listen_host}:{proxy.listen_port}, upstream {upstreams}, max concurrency "
+              f"{config.max_concurrency}{' per replica' if len(proxy.replicas) > 1 else ''}")
     await stop.wait()
     _diagnose(f"stopping: draining {len(proxy.exchanges)} in-flight requests for up to {config.drain_s:g} s")
     await proxy.shutdown(config.drain_s)

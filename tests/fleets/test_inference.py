@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_wafv2 as wafv2
 from aws_cdk.assertions import Match, Template
 
+from genai_constructs.errors import ConfigurationError
 from genai_constructs.fleets import GpuInferenceFleet
 from genai_constructs.fleets import inference as fleet_module
 from genai_constructs.network import PrivateDataPath
@@ -696,3 +698,91 @@ def test_each_group_records_the_plan_it_was_built_from_as_literals(chat70b: Synt
     versions = {chat70b.raw["Resources"][logical_id(g)]["Metadata"]["genai-constructs:plan"]["model_version"]
                 for g in (chat70b.fleet.auto_scaling_group, chat70b.fleet.green_auto_scaling_group) if g}
     assert versions == {"2024-07", "2024-09"}
+
+
+# ---- Several replicas per instance -------------------------------------------------------------------------------
+
+P5_REPLICAS, P5_SEQS_PER_REPLICA = 8, 32
+
+
+def _eight_replica_plan(real: Any) -> Any:
+    """plan_inference on p5.48xlarge, laid out as 8 one-GPU replicas (what the planner picks for an 8B there)."""
+    def plan(*args: Any, **kwargs: Any) -> Any:
+        one_wide = real(*args, **kwargs)
+        server = one_wide.server.model_copy(update={"tensor_parallel_size": 1, "max_num_seqs": P5_SEQS_PER_REPLICA})
+        return one_wide.model_copy(update={
+            "replicas_per_instance": P5_REPLICAS, "devices_per_replica": 1, "server": server,
+            "concurrency_per_instance": P5_REPLICAS * 24})
+    return plan
+
+
+@pytest.fixture(scope="module")
+def p5_eight_replicas() -> Synth:
+    def make(app: App) -> GpuInferenceFleet:
+        stack = Stack(app, "P5Replicas")
+        return GpuInferenceFleet(
+            stack, "Chat", network=PrivateDataPath(stack, "Net"), model=ModelShape.preset("llama-3.1-8b"),
+            traffic=TRAFFIC_8B, model_artifact=ARTIFACT_8B, allow_plain_http=True, instance_type="p5.48xlarge")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fleet_module, "plan_inference", _eight_replica_plan(fleet_module.plan_inference))
+        return _synth(make, packs=())
+
+
+def test_an_eight_replica_plan_starts_eight_one_gpu_servers_on_their_own_gpus_and_ports(
+        p5_eight_replicas: Synth, tmp_path: Path) -> None:
+    script_text = user_data_of(p5_eight_replicas, "ChatLaunchTemplate")
+    for setting in ("REPLICAS_PER_INSTANCE=8", "DEVICES_PER_REPLICA=1", "TENSOR_PARALLEL_SIZE=1",
+                    f"MAX_NUM_SEQS={P5_SEQS_PER_REPLICA}"):
+        assert f"readonly {setting}\n" in script_text
+    # Run the synthesized script's serve step for every replica against a recording docker.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text('#!/bin/bash\necho "docker $*" >> "$DOCKER_LOG"\n')
+    (bin_dir / "docker").chmod(0o755)
+    models = tmp_path / "models"
+    script = tmp_path / "user-data.sh"
+    script.write_text(script_text.replace("readonly MODELS_ROOT=/opt/models", f"readonly MODELS_ROOT={models}"))
+    version_dir = models / ARTIFACT_8B.version
+    version_dir.mkdir(parents=True)
+    (version_dir / f".verified-{ARTIFACT_8B.version}").touch()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DOCKER_LOG": str(tmp_path / "docker.log")}
+    for replica in range(P5_REPLICAS):
+        result = subprocess.run(["bash", str(script), "serve", str(replica)], capture_output=True, text=True,
+                                env=env, timeout=30)
+        assert result.returncode == 0, result.stderr
+    runs = [line.split() for line in (tmp_path / "docker.log").read_text().splitlines() if line.startswith("docker run")]
+    assert [run[run.index("--gpus") + 1] for run in runs] == [f'"device={gpu}"' for gpu in range(P5_REPLICAS)]
+    assert [run[run.index("--publish") + 1] for run in runs] == [
+        f"127.0.0.1:{18000 + replica}:8000" for replica in range(P5_REPLICAS)]
+    assert all(" ".join(run).count("--tensor-parallel-size 1 ") == 1 for run in runs)
+    assert all(f"--max-num-seqs {P5_SEQS_PER_REPLICA} " in " ".join(run) for run in runs)
+
+
+def test_an_eight_replica_fleet_records_its_layout_and_scales_on_the_whole_instance(p5_eight_replicas: Synth) -> None:
+    fleet = p5_eight_replicas.fleet
+    recorded = p5_eight_replicas.raw["Resources"][logical_id(fleet.auto_scaling_group)]["Metadata"][
+        "genai-constructs:plan"]
+    assert (recorded["replicas_per_instance"], recorded["devices_per_replica"]) == (P5_REPLICAS, 1)
+    assert recorded["server"]["tensor_parallel_size"] == 1
+    # The proxy sums its replicas' gauges, so the per-instance target is the plan's per-instance concurrency.
+    assert recorded["in_flight_target"] == fleet.in_flight_target == P5_REPLICAS * 24
+    for template in resources_of_type(p5_eight_replicas.raw, "AWS::EC2::LaunchTemplate").values():
+        parts = template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+        assert len("".join(p if isinstance(p, str) else "x" * 100 for p in parts).encode()) < 16 * 1024
+
+
+def test_a_layout_that_does_not_fit_the_instance_is_refused_naming_the_devices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = fleet_module.plan_inference
+
+    def sixteen(*args: Any, **kwargs: Any) -> Any:
+        return _eight_replica_plan(real)(*args, **kwargs).model_copy(update={"replicas_per_instance": 16})
+
+    monkeypatch.setattr(fleet_module, "plan_inference", sixteen)
+    stack = Stack(App(), "Misfit")
+    with pytest.raises(ConfigurationError) as raised:
+        GpuInferenceFleet(stack, "Chat", network=PrivateDataPath(stack, "Net"), model=ModelShape.preset("llama-3.1-8b"),
+                          traffic=TRAFFIC_8B, model_artifact=ARTIFACT_8B, allow_plain_http=True,
+                          instance_type="p5.48xlarge")
+    assert ("instance_type ('p5.48xlarge') has 8 accelerator devices, but the plan runs 16 replicas of 1 devices "
+            "(16): drop instance_type to let the planner choose, or pick one with more devices") in str(raised.value)

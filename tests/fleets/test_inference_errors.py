@@ -165,7 +165,8 @@ def test_validation_is_not_performed_on_tokens(scope: Any) -> None:
 def test_instance_type_override_replaces_the_planned_one(scope: Any) -> None:
     fleet = make(scope, instance_type="g5.12xlarge")
     assert fleet.plan.instance_type == "g5.12xlarge"
-    assert fleet.plan.devices_per_replica == 4
+    # Its four GPUs, as one wide replica or as several narrower ones: the replicas tile the instance.
+    assert fleet.plan.devices_per_replica * fleet.plan.replicas_per_instance == 4
 
 
 def test_fails_on_an_invalid_server_environment_name(scope: Any) -> None:

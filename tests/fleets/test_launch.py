@@ -107,7 +107,12 @@ def test_user_data_ships_the_sidecar_and_proxy_and_configures_the_agent(rendered
 def test_neuron_user_data_passes_neuron_devices_not_gpus() -> None:
     script = _launch.render_serving_user_data(settings(accelerator="neuron"))
     assert "readonly ACCELERATOR_KIND=neuron" in script
-    assert 'accelerators+=(--device "${device}")' in script
+    assert "readonly REPLICAS_PER_INSTANCE=1" in script
+
+
+def test_several_replicas_need_their_devices_per_replica() -> None:
+    with pytest.raises(ValueError, match=r"devices_per_replica \(0\) must be at least 1 with 8 replicas"):
+        settings(replicas_per_instance=8)
 
 
 # ---- Running the rendered script for real: fetch verifies against the manifest --------------------------------
@@ -650,3 +655,114 @@ def test_rendered_user_data_with_a_server_environment_is_shellcheck_clean(tmp_pa
     result = subprocess.run([str(SHELLCHECK), "--shell=bash", "--severity=info", str(script)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+# ---- Several replicas per instance: each container pinned to its own devices and loopback port -------------------
+
+
+def _serve_replicas(world: dict[str, Path], replicas: int, **overrides: Any) -> list[str]:
+    """Run ``serve N`` for every replica against the recording docker stub; the ``docker run`` line of each."""
+    (world["models"] / "7").mkdir(parents=True)
+    (world["models"] / "7" / ".verified-7").touch()  # what fetch leaves behind
+    script = world["tmp"] / "user-data.sh"
+    script.write_text(_launch.render_serving_user_data(settings(
+        models_root=str(world["models"]), replicas_per_instance=replicas, **overrides)))
+    env = {**os.environ, "PATH": f"{world['bin']}:{os.environ['PATH']}", "DOCKER_LOG": str(world["tmp"] / "docker.log")}
+    for replica in range(replicas):
+        result = subprocess.run(["bash", str(script), "serve", str(replica)], capture_output=True, text=True, env=env,
+                                timeout=30)
+        assert result.returncode == 0, result.stderr
+    runs = [line for line in _calls(world["tmp"] / "docker.log") if line.startswith("docker run")]
+    assert len(runs) == replicas
+    return runs
+
+
+def _flag_values(run: str, flag: str) -> list[str]:
+    words = run.split()
+    return [words[i + 1] for i, word in enumerate(words) if word == flag]
+
+
+@pytest.mark.parametrize(("replicas", "devices", "gpu_sets"), [
+    (2, 2, ['"device=0,1"', '"device=2,3"']),
+    (4, 1, ['"device=0"', '"device=1"', '"device=2"', '"device=3"']),
+])
+def test_each_gpu_replica_gets_its_own_gpus_port_and_container(
+        world: dict[str, Path], replicas: int, devices: int, gpu_sets: list[str]) -> None:
+    runs = _serve_replicas(world, replicas, devices_per_replica=devices, tensor_parallel_size=devices)
+    assert [_flag_values(run, "--gpus") for run in runs] == [[gpus] for gpus in gpu_sets]
+    assert [_flag_values(run, "--publish") for run in runs] == [
+        [f"127.0.0.1:{18000 + replica}:8000"] for replica in range(replicas)]
+    assert [_flag_values(run, "--name") for run in runs] == [[f"model-server-{r}"] for r in range(replicas)]
+    for run in runs:  # each replica is one tensor-parallel group of its own devices
+        assert f"--tensor-parallel-size {devices} " in run and "--max-num-seqs 37 " in run
+        assert "--port 8000 " in run  # inside its own network namespace; published on its own host port
+
+
+def test_each_neuron_replica_gets_its_own_chips_and_neuron_cores(world: dict[str, Path]) -> None:
+    # inf2.48xlarge as 4 replicas of 3 chips: 6 NeuronCores (tensor-parallel ranks) each.
+    runs = _serve_replicas(world, 4, accelerator="neuron", devices_per_replica=3, tensor_parallel_size=6)
+    assert [_flag_values(run, "--device") for run in runs] == [
+        [f"/dev/neuron{chip}" for chip in range(3 * replica, 3 * replica + 3)] for replica in range(4)]
+    assert [[e for e in _flag_values(run, "--env") if e.startswith("NEURON_RT_")] for run in runs] == [
+        ["NEURON_RT_VISIBLE_CORES=0-5"], ["NEURON_RT_VISIBLE_CORES=6-11"], ["NEURON_RT_VISIBLE_CORES=12-17"],
+        ["NEURON_RT_VISIBLE_CORES=18-23"]]
+    assert not any("--gpus" in run for run in runs)
+
+
+def test_one_replica_takes_every_gpu_under_the_plain_names(world: dict[str, Path]) -> None:
+    (run,) = _serve_replicas(world, 1)
+    assert _flag_values(run, "--gpus") == ["all"] and _flag_values(run, "--name") == ["model-server"]
+    assert _flag_values(run, "--publish") == ["127.0.0.1:18000:8000"]
+
+
+def test_a_replica_outside_the_instance_is_refused(world: dict[str, Path]) -> None:
+    script = world["tmp"] / "user-data.sh"
+    script.write_text(_launch.render_serving_user_data(settings(replicas_per_instance=2, devices_per_replica=2)))
+    result = subprocess.run(["bash", str(script), "serve", "2"], capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "PATH": f"{world['bin']}:{os.environ['PATH']}"})
+    assert result.returncode == 1
+    assert "replica 2 does not exist: this instance runs replicas 0 to 1" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_with_four_replicas_setup_writes_a_unit_each_and_the_proxy_and_sidecar_front_all_of_them(
+        world: dict[str, Path], imds_server: Callable[..., FakeImds]) -> None:
+    units = world["root"] / "etc" / "systemd" / "system"
+    units.mkdir(parents=True)
+    _executable(world["bin"] / "python3", STUB_RECORDER)
+    script = world["tmp"] / "user-data.sh"
+    script.write_text(_launch.render_serving_user_data(settings(
+        models_root=str(world["models"]), replicas_per_instance=4, devices_per_replica=1, tensor_parallel_size=1)))
+    imds = imds_server("InService")
+    env = {**{k: v for k, v in os.environ.items() if "proxy" not in k.lower()},
+           "PATH": f"{world['bin']}:{os.environ['PATH']}", "GENAI_FS_ROOT": str(world["root"]),
+           "CALLS_LOG": str(world["tmp"] / "calls.log"), "IMDS_ENDPOINT": imds.url}
+    for subcommand in ("setup", "proxy", "sidecar"):
+        result = subprocess.run(["bash", str(script), subcommand], capture_output=True, text=True, env=env, timeout=30)
+        assert result.returncode == 0, result.stderr
+    for replica in range(4):
+        unit = (units / f"genai-model-server-{replica}.service").read_text()
+        assert f"/opt/genai/bootstrap.sh serve {replica}\n" in unit and "Restart=always" in unit
+        assert "[Install]" not in unit  # started by the lifecycle step only
+    assert not (units / "genai-model-server.service").exists()
+    proxy = next(line for line in _calls(world["tmp"] / "calls.log") if "request_proxy.py" in line).split()
+    sidecar = next(line for line in _calls(world["tmp"] / "calls.log") if "health_sidecar.py" in line).split()
+    assert _flag_values(" ".join(proxy), "--upstream") == [f"127.0.0.1:{18000 + r}" for r in range(4)]
+    assert _flag_values(" ".join(proxy), "--max-concurrency") == ["37"]  # per replica: each one's --max-num-seqs
+    assert _flag_values(" ".join(sidecar), "--upstream") == [f"http://127.0.0.1:{18000 + r}" for r in range(4)]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_the_in_service_launch_starts_every_replica_and_waits_for_the_sidecar(
+        world: dict[str, Path], imds_server: Callable[..., FakeImds]) -> None:
+    _write_manifest(world["weights"])
+    sidecar = FakeSidecar(unhealthy_polls=1)
+    try:
+        result = _lifecycle(world, imds_server("InService"), health_port=sidecar.port, replicas_per_instance=2,
+                            devices_per_replica=2)
+    finally:
+        sidecar.close()
+    assert result.returncode == 0, result.stderr
+    assert "systemctl start --no-block genai-model-server-0.service genai-model-server-1.service " \
+        "genai-health-sidecar.service genai-request-proxy.service" in _calls(world["tmp"] / "calls.log")
+    assert sidecar.polls == 2

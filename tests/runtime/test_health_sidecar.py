@@ -250,3 +250,59 @@ def test_emf_records_reach_the_agent_listener_over_udp() -> None:
     # Requests in flight are the request proxy's metrics now (RequestsInFlight, RequestsWaiting), not the sidecar's.
     assert record["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "GeneratedTokens", "Unit": "Count"}]
     assert "InFlightRequests" not in record
+
+
+# ---- several replicas: every one must answer ----------------------------------------------------------------------
+
+
+def test_every_replica_answering_is_healthy() -> None:
+    replicas = [StubModelServer(), StubModelServer()]
+    try:
+        url, server = serve(Checker([r.url for r in replicas], model="stub-model", timeout_s=PROBE_TIMEOUT_S))
+        status, body = get(f"{url}/healthz")
+        server.shutdown()
+    finally:
+        for replica in replicas:
+            replica.close()
+    assert (status, body["reason"]) == (200, "all 2 replicas answered")
+    assert [r["status"] for r in body["replicas"]] == ["ok", "ok"]
+    assert all(len(r.completions) == 1 for r in replicas)  # each replica probed itself
+
+
+def test_one_wedged_replica_of_two_makes_the_instance_unhealthy_naming_it() -> None:
+    """The decision: a wedged replica is never reported up, even with the other serving (module docstring: the proxy
+    cannot route around a hung server, and the load balancer replaces the instance with a whole one)."""
+    healthy, wedged = StubModelServer(), WedgedServer()
+    try:
+        url, server = serve(Checker([healthy.url, wedged.url], model="stub-model", timeout_s=PROBE_TIMEOUT_S))
+        started = time.monotonic()
+        status, body = get(f"{url}/healthz")
+        elapsed = time.monotonic() - started
+        server.shutdown()
+    finally:
+        healthy.close()
+        wedged.close()
+    assert status == 503
+    assert body["reason"] == (f"1 of 2 replicas unhealthy: replica 1 ({wedged.url}): one-token completion did not "
+                              "finish within 0.5 s")
+    assert [r["status"] for r in body["replicas"]] == ["ok", "unhealthy"]
+    assert elapsed < PROBE_TIMEOUT_S * 2 + 0.5  # probed at once, not one after the other
+
+
+def test_generated_tokens_are_summed_over_the_replicas() -> None:
+    agent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    agent.bind(("127.0.0.1", 0))
+    agent.settimeout(2)
+    replicas = [StubModelServer(tokens_per_scrape=10), StubModelServer(tokens_per_scrape=5)]
+    try:
+        emf = EmfPublisher(f"127.0.0.1:{agent.getsockname()[1]}", namespace="NS", fleet="chat", log_group="/lg")
+        checker = Checker([r.url for r in replicas], model="stub-model", cache_s=0, emf=emf)
+        checker.verdict()
+        checker.verdict()
+        agent.recv(65535)
+        record = json.loads(agent.recv(65535))
+    finally:
+        for replica in replicas:
+            replica.close()
+        agent.close()
+    assert record["GeneratedTokens"] == 15

@@ -583,6 +583,7 @@ BASE_ARGS = ["--upstream", "127.0.0.1:18000", "--max-concurrency", "64", "--flee
     ("--keep-alive-s", "-1"),
     ("--emf-address", "carrier-pigeon:25888"),
     ("--metrics-interval-s", "inf"),
+    ("--upstream", "127.0.0.1:18000"),  # a second time: every replica has a port of its own
 ])
 def test_bad_values_exit_2_naming_the_flag_and_the_value(flag: str, value: str,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
@@ -645,3 +646,96 @@ def test_the_proxy_runs_on_the_instances_python_3_9_standard_library_only() -> N
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+# ---- several replicas behind one proxy ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_replicas(emf: EmfCapture) -> Iterator[Callable[..., tuple[list[FakeOpenAIServer], InProcessProxy]]]:
+    """Two fake servers (the instance's replicas) and one proxy in front of both."""
+    started: list[tuple[list[FakeOpenAIServer], InProcessProxy]] = []
+
+    def start(*flags: str, **fake_settings: Any) -> tuple[list[FakeOpenAIServer], InProcessProxy]:
+        fakes = [FakeOpenAIServer(**fake_settings) for _ in range(2)]
+        for fake in fakes:
+            fake.start()
+        proxy = InProcessProxy(fakes[0].address, emf.port, "--upstream", fakes[1].address, *flags)
+        started.append((fakes, proxy))
+        return fakes, proxy
+
+    yield start
+    for fakes, proxy in started:
+        proxy.close()
+        for fake in fakes:
+            fake.close()
+
+
+def test_requests_go_to_the_least_busy_replica_each_capped_and_the_gauges_are_the_instances(
+        two_replicas: Any, emf: EmfCapture) -> None:
+    fakes, proxy = two_replicas("--max-concurrency", "2", "--metrics-interval-s", "0.05", ttft_ms=50, tpot_ms=10,
+                                output_tokens=16)
+    responses: list[Response] = []
+    threads = [threading.Thread(target=lambda: responses.append(call(proxy.port, completion()))) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.02)
+    # Four run (two per replica, each replica's cap), the fifth waits in the proxy; the gauges add both replicas.
+    emf.wait_for(lambda records: any(r.get("RequestsInFlight") == 4 and r.get("RequestsWaiting") == 1
+                                     for r in records), timeout_s=2)
+    assert [len(fake.requests) for fake in fakes] == [2, 2]
+    for thread in threads:
+        thread.join(5)
+    assert [response.status for response in responses] == [200] * 5
+    assert sorted(len(fake.requests) for fake in fakes) == [2, 3]
+    assert all(r.outcome == "completed" for fake in fakes for r in fake.requests)
+    assert [record["status"] for record in emf.wait_requests(5)] == ["ok"] * 5
+
+
+def test_ties_alternate_between_replicas(two_replicas: Any) -> None:
+    fakes, proxy = two_replicas(ttft_ms=1, tpot_ms=1, output_tokens=2)
+    for _ in range(4):  # one at a time: both replicas idle each time, so the turn decides
+        assert call(proxy.port, completion()).status == 200
+    assert [len(fake.requests) for fake in fakes] == [2, 2]
+
+
+def test_a_replica_that_is_down_is_skipped_while_the_other_serves(emf: EmfCapture) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{unused.getsockname()[1]}"
+    with FakeOpenAIServer(ttft_ms=5, tpot_ms=1, output_tokens=4) as alive:
+        proxy = InProcessProxy(dead, emf.port, "--upstream", alive.address, "--metrics-interval-s", "0.05")
+        try:
+            statuses = [call(proxy.port, completion()).status for _ in range(3)]
+            records = emf.wait_requests(3)
+            done = len(emf.records)  # every request has ended: the gauges from here on are of an idle instance
+            emf.wait_for(lambda found: any("scrape_error" in r and "RequestsInFlight" in r for r in found[done:]))
+            gauge = next(r for r in emf.records[done:] if "scrape_error" in r and "RequestsInFlight" in r)
+        finally:
+            proxy.close()
+    assert statuses == [200, 200, 200]
+    assert len(alive.requests) == 3
+    assert [record["status"] for record in records] == ["ok"] * 3
+    assert gauge["scrape_error"].startswith(f"{dead}: ")  # the instance's gauges still come from the live one
+    assert gauge["RequestsInFlight"] == 0
+
+
+def test_when_every_replica_is_down_the_caller_gets_502_naming_each(emf: EmfCapture) -> None:
+    ports = []
+    for _ in range(2):
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            ports.append(unused.getsockname()[1])
+    proxy = InProcessProxy(f"127.0.0.1:{ports[0]}", emf.port, "--upstream", f"127.0.0.1:{ports[1]}")
+    try:
+        response = call(proxy.port, completion())
+        [record] = emf.wait_requests(1)
+        stats = proxy.stats()
+    finally:
+        proxy.close()
+    assert response.status == 502
+    message = json.loads(response.body)["error"]["message"]
+    assert message.startswith("no model server replica reachable: ")
+    assert f"127.0.0.1:{ports[0]}: " in message and f"127.0.0.1:{ports[1]}: " in message
+    assert (record["status"], record["http_status"]) == ("upstream_unavailable", 502)
+    assert stats["admission_active"] == stats["admission_waiting"] == 0

@@ -15,7 +15,7 @@
 #   fetch      download the model version from S3 unless it is already cached and verified on the EBS root,
 #              verify every file against the sha256 manifest (refuse to start on any mismatch), pull the image,
 #              install the health sidecar and the request proxy
-#   serve      run the model server container in the foreground (systemd restarts it)
+#   serve N    run model server replica N (0 to REPLICAS_PER_INSTANCE - 1) in the foreground (systemd restarts it)
 #   sidecar    run the health sidecar in the foreground
 #   proxy      run the request proxy in the foreground: the load balancer's target, in front of the server
 
@@ -45,17 +45,40 @@ fetch() {
   install_runtime
 }
 
+# Replica N's unit, container and upstream port. One replica keeps the plain names; replica N listens on
+# UPSTREAM_PORT + N on the loopback.
+replica_name() {
+  if (( REPLICAS_PER_INSTANCE == 1 )); then echo model-server; else echo "model-server-$1"; fi
+}
+
+replica_units() {
+  local replica
+  for ((replica = 0; replica < REPLICAS_PER_INSTANCE; replica++)); do
+    printf 'genai-%s.service\n' "$(replica_name "${replica}")"
+  done
+}
+
+# host:port of every replica, each after the flag $1 (the sidecar's and the proxy's repeated --upstream).
+upstream_flags() {
+  local replica
+  for ((replica = 0; replica < REPLICAS_PER_INSTANCE; replica++)); do
+    printf '%s\n%s%s\n' "$1" "$2" "127.0.0.1:$((UPSTREAM_PORT + replica))"
+  done
+}
+
 # Poll the sidecar until it answers 200, for at most LIFECYCLE_HEARTBEAT_S (the hook's heartbeat timeout, sized to
-# the model's load time); each poll is bounded above the sidecar's worst case (probe and progress scrape).
+# the model's load time); each poll is bounded above the sidecar's worst case (probe and progress scrape). The
+# sidecar answers 200 only once every replica answers its own probe, so this waits for all of them.
 wait_healthy() {
   local url="http://127.0.0.1:${HEALTH_PORT}${HEALTH_PATH}" end=$((SECONDS + LIFECYCLE_HEARTBEAT_S)) pause limit
+  local answer=""
   read -r pause limit < <(awk -v s="${LIFECYCLE_HEARTBEAT_S}" -v t="${HEALTH_PROBE_TIMEOUT_S}" \
     'BEGIN { p = s / 30; print (p < 5 ? p : 5), 2 * t + 1 }')
-  until [[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time "${limit}" "${url}")" == 200 ]]; do
-    (( SECONDS < end )) || die "the health sidecar did not answer 200 on ${url} within ${LIFECYCLE_HEARTBEAT_S} s"
+  until answer=$(curl -s -w '\n%{http_code}' --max-time "${limit}" "${url}") && [[ "${answer##*$'\n'}" == 200 ]]; do
+    (( SECONDS < end )) || die "the health sidecar did not answer 200 on ${url} within ${LIFECYCLE_HEARTBEAT_S} s; its last answer: ${answer%$'\n'*}"
     sleep "${pause}"
   done
-  log "the model server answers: ${url} returned 200"
+  log "the model server answers: ${url} returned 200 (${REPLICAS_PER_INSTANCE} replica(s))"
 }
 
 # Both fleets keep their warm pools Stopped: an instance put in service boots again, so this step runs again then,
@@ -67,24 +90,58 @@ lifecycle() {
   if [[ "${TARGET_STATE}" == Warmed:* ]]; then
     log "warm-pool launch: weights and image are on the EBS root; the server starts when this instance is put in service"
   else
-    systemctl start --no-block genai-model-server.service genai-health-sidecar.service genai-request-proxy.service
+    local -a units
+    mapfile -t units < <(replica_units)
+    systemctl start --no-block "${units[@]}" genai-health-sidecar.service genai-request-proxy.service
     wait_healthy
   fi
   lifecycle_complete CONTINUE
 }
 
-serve() {
-  [[ -f "${VERIFIED_STAMP}" ]] || die "model version ${MODEL_VERSION} is not verified; refusing to start"
-  local -a accelerators=()
-  if [[ "${ACCELERATOR_KIND}" == neuron ]]; then
-    local device
-    for device in /dev/neuron*; do
-      [[ -e "${device}" ]] && accelerators+=(--device "${device}")
-    done
-  else
-    accelerators=(--gpus all)
+# Replica N's devices. One replica takes every device (as the plan sized it). Several: replica N takes devices
+# N x DEVICES_PER_REPLICA onwards. NVIDIA: docker's --gpus '"device=0,1"' exposes those GPUs only (Docker docs,
+# "docker container run": --gpus). Neuron: the replica's chips as /dev/neuronN devices (Neuron containers FAQ: devices
+# are exposed with --device, one per chip) and NEURON_RT_VISIBLE_CORES, the range of NeuronCores the process reserves
+# (Neuron Runtime configuration guide: "give each process its own slice of cores"), TENSOR_PARALLEL_SIZE of them:
+# one rank per NeuronCore, two NeuronCores per Inferentia2/Trainium chip.
+replica_devices() {
+  local replica=$1 first last device
+  if (( REPLICAS_PER_INSTANCE == 1 )); then
+    if [[ "${ACCELERATOR_KIND}" == neuron ]]; then
+      for device in /dev/neuron*; do
+        [[ -e "${device}" ]] && printf '%s\n' --device "${device}"
+      done
+    else
+      printf '%s\n' --gpus all
+    fi
+    return 0
   fi
-  docker rm --force model-server > /dev/null 2>&1 || true
+  first=$((replica * DEVICES_PER_REPLICA))
+  last=$((first + DEVICES_PER_REPLICA - 1))
+  if [[ "${ACCELERATOR_KIND}" == neuron ]]; then
+    for ((device = first; device <= last; device++)); do
+      printf '%s\n' --device "/dev/neuron${device}"
+    done
+    printf '%s\n' --env "NEURON_RT_VISIBLE_CORES=$((replica * TENSOR_PARALLEL_SIZE))-$(((replica + 1) * TENSOR_PARALLEL_SIZE - 1))"
+  else
+    printf '%s\n' --gpus "\"device=$(seq -s, "${first}" "${last}")\""
+  fi
+}
+
+serve() {
+  local replica=${1:-0} name
+  if ! [[ "${replica}" =~ ^[0-9]+$ ]] || (( replica >= REPLICAS_PER_INSTANCE )); then
+    die "replica ${replica} does not exist: this instance runs replicas 0 to $((REPLICAS_PER_INSTANCE - 1))"
+  fi
+  [[ -f "${VERIFIED_STAMP}" ]] || die "model version ${MODEL_VERSION} is not verified; refusing to start"
+  local -a accelerators
+  mapfile -t accelerators < <(replica_devices "${replica}")
+  name=$(replica_name "${replica}")
+  docker rm --force "${name}" > /dev/null 2>&1 || true
+  # Every replica's unit appends to model-server.log: with several, each line says which replica wrote it.
+  if (( REPLICAS_PER_INSTANCE > 1 )); then
+    exec > >(sed -u "s/^/[replica ${replica}] /") 2>&1
+  fi
   # Bridge networking, the server's port published on loopback only: in its own network namespace the container is
   # one hop from the instance, so the IMDSv2 token response (hop limit 1) never reaches it, and neither do the
   # instance role's credentials (EC2 user guide, "Configure the Instance Metadata Service options": hop limit and
@@ -93,8 +150,8 @@ serve() {
   # VLLM_HTTP_TIMEOUT_KEEP_ALIVE: vLLM's HTTP keep-alive (5 s by default, read in vllm/envs.py), set like the
   # proxy's own to KEEP_ALIVE_S, above the load balancer's idle timeout: the proxy's pooled upstream connections stay
   # open instead of being closed under it every 5 s.
-  exec docker run --rm --name model-server --ipc host \
-    --publish "127.0.0.1:${UPSTREAM_PORT}:${SERVER_PORT}" \
+  exec docker run --rm --name "${name}" --ipc host \
+    --publish "127.0.0.1:$((UPSTREAM_PORT + replica)):${SERVER_PORT}" \
     "${accelerators[@]}" \
     --volume "${MODEL_DIR}:${CONTAINER_MODEL_DIR}:ro" \
     --env "TENSOR_PARALLEL_SIZE=${TENSOR_PARALLEL_SIZE}" \
@@ -106,19 +163,24 @@ serve() {
 }
 
 sidecar() {
+  local -a upstreams
+  mapfile -t upstreams < <(upstream_flags --upstream http://)
   exec python3 "${GENAI_HOME}/health_sidecar.py" \
-    --upstream "http://127.0.0.1:${UPSTREAM_PORT}" --model "${SERVED_MODEL_NAME}" \
+    "${upstreams[@]}" --model "${SERVED_MODEL_NAME}" \
     --port "${HEALTH_PORT}" --path "${HEALTH_PATH}" --timeout-s "${HEALTH_PROBE_TIMEOUT_S}" \
     --emf-address 127.0.0.1:25888 --namespace "${METRIC_NAMESPACE}" --fleet "${FLEET_NAME}" \
     --log-group "${LOG_GROUP_NAME}"
 }
 
+# --max-concurrency is per replica (vLLM's --max-num-seqs of each); the proxy routes to the least busy replica.
 proxy() {
   local instance_id zone
+  local -a upstreams
   instance_id=$(imds instance-id) || die "no instance ID from IMDS"
   zone=$(imds placement/availability-zone) || die "no availability zone from IMDS"
+  mapfile -t upstreams < <(upstream_flags --upstream "")
   exec python3 "${GENAI_HOME}/request_proxy.py" --listen "0.0.0.0:${SERVER_PORT}" \
-    --upstream "127.0.0.1:${UPSTREAM_PORT}" --max-concurrency "${MAX_NUM_SEQS}" --keep-alive-s "${KEEP_ALIVE_S}" \
+    "${upstreams[@]}" --max-concurrency "${MAX_NUM_SEQS}" --keep-alive-s "${KEEP_ALIVE_S}" \
     --upstream-keep-alive-s "${KEEP_ALIVE_S}" \
     --drain-s "${DRAIN_S}" --emf-address tcp:127.0.0.1:25888 --namespace "${METRIC_NAMESPACE}" \
     --fleet "${FLEET_NAME}" --model-version "${MODEL_VERSION}" --log-group "${LOG_GROUP_NAME}" \
@@ -150,8 +212,12 @@ setup() {
   write_unit lifecycle bootstrap "Launch step: fetch model version ${MODEL_VERSION}, start serving, complete the launch hook" \
     lifecycle Type=oneshot RemainAfterExit=yes "TimeoutStartSec=$((FETCH_TIMEOUT_S + LIFECYCLE_HEARTBEAT_S + 300))" \
     '[Install]' WantedBy=multi-user.target
-  write_unit model-server model-server "OpenAI-compatible model server (${SERVED_MODEL_NAME} ${MODEL_VERSION})" serve \
-    Restart=always RestartSec=10
+  local replica
+  for ((replica = 0; replica < REPLICAS_PER_INSTANCE; replica++)); do
+    write_unit "$(replica_name "${replica}")" model-server \
+      "OpenAI-compatible model server (${SERVED_MODEL_NAME} ${MODEL_VERSION}), replica ${replica} of ${REPLICAS_PER_INSTANCE}" \
+      "serve ${replica}" Restart=always RestartSec=10
+  done
   write_unit health-sidecar health-sidecar "Health sidecar: one-token probe of the model server for the load balancer" sidecar \
     Restart=always RestartSec=2
   # The proxy drains in-flight requests for DRAIN_S after SIGTERM: systemd waits a little longer before SIGKILL.
@@ -175,7 +241,7 @@ case "${1:-setup}" in
   setup) setup ;;
   lifecycle) lifecycle ;;
   fetch) fetch ;;
-  serve) serve ;;
+  serve) serve "${2:-0}" ;;
   sidecar) sidecar ;;
   proxy) proxy ;;
   *) die "unknown subcommand $1 (setup, lifecycle, fetch, serve, sidecar, proxy)" ;;
