@@ -106,16 +106,26 @@ def serving_model(plan: PlanFigures, mean_prompt: float, mean_output: float) -> 
         notes.append(note)
     prompt = max(1, min(round(mean_prompt), shape.max_context - 2))
     output = max(1, min(round(mean_output), shape.max_context - prompt))
+    # Several replicas per instance are modelled as one server R times as wide: the request proxy sends each request
+    # to the replica with the fewest in flight (runtime/request_proxy.py), so b sequences on the instance run as
+    # ceil(b / R) per replica, each replica stepping its own batch in parallel; its KV cache is R caches.
+    replicas = max(1, plan.replicas_per_instance)
+    per_replica: dict[int, float] = {}
     steps = [0.0]
-    for batch in range(1, plan.max_num_seqs + 1):
-        e = estimate(shape, plan.instance_type, devices=plan.devices_per_replica, concurrency=batch,
-                     prompt_tokens=prompt, output_tokens=output)
-        steps.append(e.decode_step_ms / 1000.0)
+    for batch in range(1, plan.max_num_seqs * replicas + 1):
+        width = -(-batch // replicas)
+        if width not in per_replica:
+            e = estimate(shape, plan.instance_type, devices=plan.devices_per_replica, concurrency=width,
+                         prompt_tokens=prompt, output_tokens=output)
+            per_replica[width] = e.decode_step_ms / 1000.0
+        steps.append(per_replica[width])
     grid = tuple(p for p in PREFILL_GRID if p < shape.max_context)
     prefill = tuple(estimate(shape, plan.instance_type, devices=plan.devices_per_replica, prompt_tokens=p,
                              output_tokens=1).ttft_ms / 1000.0 for p in grid)
-    kv_tokens = int(plan.kv_cache_gib_available * GIB // shape.kv_bytes_per_token) if shape.kv_bytes_per_token else 0
-    return ServingModel(step_s=tuple(steps), prefill_grid=grid, prefill_s=prefill, max_num_seqs=plan.max_num_seqs,
+    kv_tokens = (int(plan.kv_cache_gib_available * GIB // shape.kv_bytes_per_token) * replicas
+                 if shape.kv_bytes_per_token else 0)
+    return ServingModel(step_s=tuple(steps), prefill_grid=grid, prefill_s=prefill,
+                        max_num_seqs=plan.max_num_seqs * replicas,
                         kv_capacity_tokens=kv_tokens, block_size=max(1, plan.block_size),
                         max_model_len=plan.max_model_len, precision=shape.precision.value), notes
 

@@ -197,6 +197,8 @@ class PlanFigures:
     model_version: str = ""
     metric_namespace: str = DEFAULT_METRIC_NAMESPACE
     fleet: str = ""
+    replicas_per_instance: int = 1
+    """Model servers per instance, each with max_num_seqs and kv_cache_gib_available of its own."""
 
 
 @dataclass(frozen=True)
@@ -387,6 +389,8 @@ class _Reader:
         return PlanFigures(
             model=str(meta["model"]), instance_type=str(meta["instance_type"]),
             devices_per_replica=int(self.number(meta.get("devices_per_replica"), "plan devices_per_replica", 1)),
+            replicas_per_instance=int(
+                self.number(meta.get("replicas_per_instance"), "plan replicas_per_instance", 1)),
             weights_gib=weights, concurrency_per_instance=concurrency,
             in_flight_target=self.number(meta.get("in_flight_target"), "plan in_flight_target", float(concurrency)),
             max_num_seqs=int(self.number(server["max_num_seqs"], "server max_num_seqs")),

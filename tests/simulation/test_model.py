@@ -90,3 +90,16 @@ def test_the_estimator_table_for_the_chat_fleet():
     assert model.kv_capacity_tokens == 34062  # 4.158 GiB / 128 KiB per token (32 layers x 8 KV heads x 128 x 2 x 2)
     # The planner's own figure: 231.787 ms to first token for a 1024-token prompt on g6.xlarge.
     assert model.ttft_s(1024) == pytest.approx(0.231787, rel=1e-3)
+
+
+def test_replicas_per_instance_serve_side_by_side():
+    # Two replicas: twice the sequences and KV cache, and two sequences step as fast as one does on one replica.
+    from dataclasses import replace
+
+    plan = read_template(CHAT).plan
+    one, _ = serving_model(replace(plan, replicas_per_instance=1), 1024, 256)
+    two, _ = serving_model(replace(plan, replicas_per_instance=2), 1024, 256)
+    assert two.max_num_seqs == 2 * one.max_num_seqs
+    assert two.kv_capacity_tokens == 2 * one.kv_capacity_tokens
+    assert two.step_s[2] == one.step_s[1] and two.step_s[4] == one.step_s[2]
+    assert two.step_s[3] == one.step_s[2]  # three sequences: one replica runs two of them
