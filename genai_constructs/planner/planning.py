@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from genai_constructs.errors import (
     DeadlineUnreachableError,
@@ -120,6 +121,18 @@ def _guide(family: str) -> tuple[str, str]:
     )
 
 
+@lru_cache(maxsize=64)
+def _region_has_prices(region: str) -> bool:
+    """Whether the price data carries any on-demand price for ``region`` (cfn-lint-only regions have none)."""
+    for instance_type in load_catalog().instances:
+        try:
+            if instance_price(instance_type, region).on_demand_usd_per_hour is not None:
+                return True
+        except InstanceTypeNotOfferedError:
+            continue
+    return False
+
+
 class _Candidates:
     """The instance types a plan weighs, priced in its region, and the types the region does not offer."""
 
@@ -143,6 +156,7 @@ class _Candidates:
         self.prices: dict[str, InstancePrice] = {}
         self.not_offered: list[str] = []
         self.instances: list[InstanceType] = []
+        self.proxied = False
         for instance in listed:
             try:
                 price = instance_price(instance.instance_type, region)
@@ -151,11 +165,32 @@ class _Candidates:
                     raise  # a type the user named: say where it is offered instead of planning without it
                 self.not_offered.append(instance.instance_type)
                 continue
+            if region is not None and not _region_has_prices(region) and instance.on_demand_usd_per_hour is not None:
+                # A region only cfn-lint lists (sa-east-1, the GovCloud and China regions, ...) has no price in the
+                # data at all: rank on us-east-1's figure, labelled, rather than refuse to plan there.
+                price = price.model_copy(
+                    update={
+                        "on_demand_usd_per_hour": instance.on_demand_usd_per_hour,
+                        "on_demand_label": f"us-east-1 on-demand price used as a proxy: the price data has no "
+                        f"prices for {region} (offered there per cfn-lint); expect the real figure to differ",
+                    }
+                )
+                self.proxied = True
             self.prices[instance.instance_type] = price
             if region is not None:
                 # Regional figures replace the catalog's us-east-1 price for everything downstream.
                 instance = instance.model_copy(update={"on_demand_usd_per_hour": price.on_demand_usd_per_hour})
             self.instances.append(instance)
+
+    def require_some(self, planner: str) -> None:
+        """An error when the region offers none of the types to weigh (rather than a plan over nothing)."""
+        if self.instances:
+            return
+        raise InstanceTypeNotOfferedError(
+            f"{planner}: region {self.region!r} offers none of the {len(self.not_offered)} instance types weighed "
+            f"({', '.join(sorted(self.not_offered)[:8])}{', ...' if len(self.not_offered) > 8 else ''}): plan in "
+            "another region, or pass include_neuron=True where only Inferentia2/Trainium are offered"
+        )
 
     def notes(self) -> list[str]:
         if self.region is None:
@@ -163,9 +198,14 @@ class _Candidates:
                 f"Prices are {load_catalog().price_region}'s (no region given): pass region= (--region) to price and "
                 "check availability where the fleet runs."
             ]
+        notes = []
+        if self.proxied:
+            notes.append(
+                f"The price data has no prices for {self.region}: every figure is us-east-1's, used as a proxy."
+            )
         if self.not_offered:
-            return [f"Not offered in {self.region}, so not weighed: {', '.join(sorted(self.not_offered))}."]
-        return []
+            notes.append(f"Not offered in {self.region}, so not weighed: {', '.join(sorted(self.not_offered))}.")
+        return notes
 
 
 def _quota(chosen: InstanceType, instances: int, *, spot: bool, overrides: Sequence[InstanceType] = ()) -> QuotaNeed:
@@ -279,6 +319,7 @@ def plan_inference(
             f"({model.max_context}): shorten prompts or outputs"
         )
     pool = _Candidates(instance_types, include_neuron, region)
+    pool.require_some("plan_inference")
     candidates = pool.instances
     ranked: list[tuple[tuple[float, float, float], InstanceType, int, Estimate, ServerSettings, int]] = []
     unpriced: list[PlanOption] = []
@@ -366,10 +407,10 @@ def plan_inference(
         shown = [f"  - {sentence}" for _, _, found in refused[:MAX_STARTUP_FAILURES_SHOWN] for _, sentence in found]
         more = len(refused) - MAX_STARTUP_FAILURES_SHOWN
         tail = f"\n  ... and {more} more instance type(s) refused likewise" if more > 0 else ""
-        unpriced_note = f"; {len(unpriced)} more have no public price" if unpriced else ""
+        unpriced_count = f"; {len(unpriced)} more have no public price" if unpriced else ""
         raise ServerStartupError(
             f"plan_inference: vLLM {VLLM_VERSION} would refuse to start on every priced instance type that meets the "
-            f"latency targets for {model.name} ({len(refused)} refused{unpriced_note}):\n" + "\n".join(shown) + tail
+            f"latency targets for {model.name} ({len(refused)} refused{unpriced_count}):\n" + "\n".join(shown) + tail
         )
     if not ranked:
         if best_fitting is None:
@@ -406,6 +447,7 @@ def plan_inference(
         concurrent_sessions=traffic.concurrent_sessions,
         prompt_tokens_per_request=traffic.prompt_tokens,
         output_tokens_per_request=traffic.output_tokens,
+        price=price,
     )
     quota = _quota(chosen, group_max, spot=False)
     bottleneck_family, cost_lever = _guide(chosen.family)
@@ -583,6 +625,7 @@ def plan_embedding(
             f"({model.max_context}): chunk documents to at most {model.max_context} tokens"
         )
     pool = _Candidates(instance_types, include_neuron, region)
+    pool.require_some("plan_embedding")
     candidates = pool.instances
     sequence = min(traffic.sequence_tokens, traffic.tokens_per_document)
     # Every worker boots, pulls the image, downloads and loads the encoder before it takes work: that time comes out
@@ -666,6 +709,7 @@ def plan_embedding(
         startup_s=startup.total_s,
         weights_gib=model.weight_bytes / GIB,
         spot=spot_priced,
+        price=price,
     )
     catalog = load_catalog()
     overrides = [catalog.instance(name) for name in spot_instance_types]

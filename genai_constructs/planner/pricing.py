@@ -267,6 +267,7 @@ NETWORK_PRICE_NOTE = (
 
 # ------------------------------------------------------------------------------------------------- regions and types
 
+
 def known_regions() -> list[str]:
     """Every region either source lists (the 24 the SkyPilot catalog prices and 9 more cfn-lint lists), sorted."""
     return list(_regional().regions)
@@ -314,15 +315,21 @@ def _alternatives_in(instance_type: str, region: str) -> list[str]:
     catalog = load_catalog()
     wanted = catalog.instances.get(instance_type)
     family = _family(instance_type)
-    offered = [t for t, by_region in _regional().availability.items()
-               if _family(t) == family and t != instance_type and any(by_region.get(region, (False, False)))]
+    offered = [
+        t
+        for t, by_region in _regional().availability.items()
+        if _family(t) == family and t != instance_type and any(by_region.get(region, (False, False)))
+    ]
 
     def distance(other: str) -> tuple[float, float, str]:
         entry = catalog.instances.get(other)
         if wanted is None or entry is None:
             return (math.inf, math.inf, other)
-        return (abs(math.log(entry.accelerator_count / wanted.accelerator_count)),
-                abs(math.log(entry.vcpu / wanted.vcpu)), other)
+        return (
+            abs(math.log(entry.accelerator_count / wanted.accelerator_count)),
+            abs(math.log(entry.vcpu / wanted.vcpu)),
+            other,
+        )
 
     return sorted(offered, key=distance)
 
@@ -334,13 +341,22 @@ def _similar_in(instance_type: str, region: str, limit: int = 4) -> list[str]:
     wanted = catalog.instances.get(instance_type)
     if wanted is None:
         return []
-    offered = [entry for t, entry in catalog.instances.items()
-               if entry.accelerator_count == wanted.accelerator_count and _family(t) != _family(instance_type)
-               and any(_regional().availability.get(t, {}).get(region, (False, False)))]
+    offered = [
+        entry
+        for t, entry in catalog.instances.items()
+        if entry.accelerator_count == wanted.accelerator_count
+        and _family(t) != _family(instance_type)
+        and any(_regional().availability.get(t, {}).get(region, (False, False)))
+    ]
     # Same kind of accelerator first: a Neuron type is no drop-in for a GPU (it runs Neuron-compiled models only).
-    offered.sort(key=lambda e: (e.is_neuron != wanted.is_neuron,
-                                abs(e.total_accelerator_memory_gib - wanted.total_accelerator_memory_gib),
-                                abs(math.log(e.vcpu / wanted.vcpu)), e.instance_type))
+    offered.sort(
+        key=lambda e: (
+            e.is_neuron != wanted.is_neuron,
+            abs(e.total_accelerator_memory_gib - wanted.total_accelerator_memory_gib),
+            abs(math.log(e.vcpu / wanted.vcpu)),
+            e.instance_type,
+        )
+    )
     return [e.instance_type for e in offered[:limit]]
 
 
@@ -355,8 +371,8 @@ def _require_offered(instance_type: str, region: str) -> None:
     else:
         similar = _similar_in(instance_type, region)
         there = f"no {family} size is offered in {region}" + (
-            f"; similar types offered there: {', '.join(similar)}"
-            if similar else "")
+            f"; similar types offered there: {', '.join(similar)}" if similar else ""
+        )
     raise InstanceTypeNotOfferedError(
         f"instance_type {instance_type!r} is not offered in {region} (neither the SkyPilot catalog nor cfn-lint "
         f"lists it there); regions that offer it: {', '.join(regions) or 'none'}; {there}. Pick one of those "
@@ -365,6 +381,7 @@ def _require_offered(instance_type: str, region: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ prices
+
 
 def instance_price(instance_type: str, region: str | None) -> InstancePrice:
     """``instance_type``'s on-demand price and Spot estimate in ``region``.
@@ -382,8 +399,8 @@ def instance_price(instance_type: str, region: str | None) -> InstancePrice:
         on_demand = entry.on_demand_usd_per_hour
         on_demand_label = (
             f"on-demand, {catalog.price_region} (no region given), catalog price table dated {catalog.price_date}"
-            if on_demand is not None else
-            f"no on-demand price: AWS publishes none for {key} in {catalog.price_region} (no region given)"
+            if on_demand is not None
+            else f"no on-demand price: AWS publishes none for {key} in {catalog.price_region} (no region given)"
         )
         row = _regional().prices.get(key, {}).get(catalog.price_region)
         where = f"{catalog.price_region} (no region given)"
@@ -396,29 +413,41 @@ def instance_price(instance_type: str, region: str | None) -> InstancePrice:
         if on_demand is not None:
             on_demand_label = f"on-demand, {region_key}, {SKYPILOT_LABEL}"
         elif row is not None:
-            on_demand_label = (f"no on-demand price: {SKYPILOT_LABEL} lists {key} in {region_key} without one "
-                               "(capacity blocks only, or not sold on demand there)")
+            on_demand_label = (
+                f"no on-demand price: {SKYPILOT_LABEL} lists {key} in {region_key} without one "
+                "(capacity blocks only, or not sold on demand there)"
+            )
         else:
-            on_demand_label = (f"no on-demand price: {key} is listed in {region_key} by cfn-lint only, and the "
-                               f"{SKYPILOT_LABEL} has no row for it there")
+            on_demand_label = (
+                f"no on-demand price: {key} is listed in {region_key} by cfn-lint only, and the "
+                f"{SKYPILOT_LABEL} has no row for it there"
+            )
     spot_min = row[1] if row else None
     spot = row[2] if row else None
     azs = row[3] if row else None
     if spot is not None:
-        spot_label = (f"Spot estimate: median over up to {azs} AZs in {where} of a snapshot of unknown date "
-                      f"({SKYPILOT_LABEL}); Spot prices move, this is not a quote")
+        spot_label = (
+            f"Spot estimate: median over up to {azs} AZs in {where} of a snapshot of unknown date "
+            f"({SKYPILOT_LABEL}); Spot prices move, this is not a quote"
+        )
     else:
         spot_label = f"no Spot estimate for {key} in {where} ({SKYPILOT_LABEL} has no Spot price there)"
     return InstancePrice(
-        instance_type=key, region=None if region is None else where, on_demand_usd_per_hour=on_demand,
-        spot_usd_per_hour=spot, spot_usd_per_hour_min=spot_min, availability_zones=azs,
-        on_demand_label=on_demand_label, spot_label=spot_label,
+        instance_type=key,
+        region=None if region is None else where,
+        on_demand_usd_per_hour=on_demand,
+        spot_usd_per_hour=spot,
+        spot_usd_per_hour_min=spot_min,
+        availability_zones=azs,
+        on_demand_label=on_demand_label,
+        spot_label=spot_label,
     )
 
 
 def _hourly_price(price: InstancePrice, spot: bool) -> tuple[float, str]:
-    figure, label = ((price.spot_usd_per_hour, price.spot_label) if spot
-                     else (price.on_demand_usd_per_hour, price.on_demand_label))
+    figure, label = (
+        (price.spot_usd_per_hour, price.spot_label) if spot else (price.on_demand_usd_per_hour, price.on_demand_label)
+    )
     if figure is None:
         where = price.region or "us-east-1 (no region given)"
         other = "on-demand (spot=False)" if spot else "Spot (spot=True), or another region or type"
@@ -441,18 +470,26 @@ def gp3_volume_usd_per_hour(size_gib: float, iops: int | None = None, throughput
 
 def _volume_basis(size_gib: int, iops: int | None, throughput_mibps: int | None) -> str:
     p = _ebs()
-    provisioned = (f"{iops or p['free_iops']:.0f} IOPS, {throughput_mibps or p['free_throughput_mibps']:.0f} MiB/s")
-    return (f"{size_gib} GiB gp3, {provisioned}: ${p['usd_per_gib_month']}/GiB-month + ${p['usd_per_iops_month']} "
-            f"per IOPS-month over {p['free_iops']:.0f} + ${p['usd_per_mibps_month']} per MiB/s-month over "
-            f"{p['free_throughput_mibps']:.0f}, over {p['hours_per_month']:.0f} h a month (Amazon EBS pricing, "
-            f"us-east-1) = ${gp3_volume_usd_per_hour(size_gib, iops, throughput_mibps):.5f}/h each")
+    provisioned = f"{iops or p['free_iops']:.0f} IOPS, {throughput_mibps or p['free_throughput_mibps']:.0f} MiB/s"
+    return (
+        f"{size_gib} GiB gp3, {provisioned}: ${p['usd_per_gib_month']}/GiB-month + ${p['usd_per_iops_month']} "
+        f"per IOPS-month over {p['free_iops']:.0f} + ${p['usd_per_mibps_month']} per MiB/s-month over "
+        f"{p['free_throughput_mibps']:.0f}, over {p['hours_per_month']:.0f} h a month (Amazon EBS pricing, "
+        f"us-east-1) = ${gp3_volume_usd_per_hour(size_gib, iops, throughput_mibps):.5f}/h each"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- checks
 
+
 def _number(name: str, value: object, *, minimum: float = 0.0, strict: bool = False, whole: bool = False) -> float:
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and (value > minimum if strict else value >= minimum) and (not whole or float(value).is_integer()))
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > minimum if strict else value >= minimum)
+        and (not whole or float(value).is_integer())
+    )
     if not ok:
         kind = "a whole number" if whole else "a finite number"
         bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
@@ -461,6 +498,7 @@ def _number(name: str, value: object, *, minimum: float = 0.0, strict: bool = Fa
 
 
 # -------------------------------------------------------------------------------------------------- inference fleet
+
 
 def alb_lcus(*, requests_per_s: float, concurrent_sessions: float, processed_gb_per_hour: float) -> tuple[float, str]:
     """LCUs an ALB consumes for the given load, with the dimension that sets them.
@@ -499,6 +537,7 @@ def inference_fleet_cost(
     spot: bool = False,
     availability_zones: int = DEFAULT_AVAILABILITY_ZONES,
     interface_endpoints: int = len(DEFAULT_INTERFACE_ENDPOINTS),
+    price: InstancePrice | None = None,
 ) -> FleetCost:
     """The fleet's hourly bill as deployed, at the user's traffic.
 
@@ -514,14 +553,17 @@ def inference_fleet_cost(
     :param output_tokens_per_s_per_instance_at_capacity: one instance's output tokens/s at its planned concurrency.
     :param concurrent_sessions: sessions streaming at once at that traffic (the ALB's active connections).
     :param spot: price instances at the regional Spot estimate (a warm pool cannot be used with Spot).
+    :param price: the instance's price as the planner ranked it (e.g. a labelled proxy where the region has no
+        price data); default ``instance_price(instance_type, region)``.
     :raises PriceUnknownError: no on-demand price (or Spot estimate, with ``spot``) for the type there.
     """
     running = int(_number("running_instances", running_instances, minimum=1, whole=True))
     maximum = int(_number("max_instances", max_instances, minimum=running, whole=True))
     _number("weights_gib", weights_gib)
     traffic = _number("output_tokens_per_s_at_traffic", output_tokens_per_s_at_traffic)
-    capacity = _number("output_tokens_per_s_per_instance_at_capacity",
-                       output_tokens_per_s_per_instance_at_capacity, strict=True)
+    capacity = _number(
+        "output_tokens_per_s_per_instance_at_capacity", output_tokens_per_s_per_instance_at_capacity, strict=True
+    )
     sessions = _number("concurrent_sessions", concurrent_sessions, whole=True)
     prompt_tokens = _number("prompt_tokens_per_request", prompt_tokens_per_request, whole=True)
     output_tokens = _number("output_tokens_per_request", output_tokens_per_request, minimum=1, whole=True)
@@ -530,9 +572,10 @@ def inference_fleet_cost(
     if spot and warm_pool:
         raise GenaiConstructsError(
             "spot=True with warm_pool=True: a warm pool cannot be added to an Auto Scaling group that launches Spot "
-            "Instances (EC2 Auto Scaling user guide, warm pools limitations); pass warm_pool=False to price Spot")
+            "Instances (EC2 Auto Scaling user guide, warm pools limitations); pass warm_pool=False to price Spot"
+        )
 
-    price = instance_price(instance_type, region)
+    price = price if price is not None else instance_price(instance_type, region)
     usd_per_instance_hour, price_label = _hourly_price(price, spot)
     n = _network()
     size_gib = root_volume_gib(weights_gib)
@@ -543,41 +586,72 @@ def inference_fleet_cost(
     requests_per_s = traffic / output_tokens
     response_gb_h = traffic * BYTES_PER_TOKEN * STREAMED_RESPONSE_OVERHEAD * 3600 / 1e9
     prompt_gb_h = requests_per_s * prompt_tokens * BYTES_PER_TOKEN * PROMPT_OVERHEAD * 3600 / 1e9
-    lcus, lcu_reason = alb_lcus(requests_per_s=requests_per_s, concurrent_sessions=sessions,
-                                processed_gb_per_hour=response_gb_h + prompt_gb_h)
+    lcus, lcu_reason = alb_lcus(
+        requests_per_s=requests_per_s, concurrent_sessions=sessions, processed_gb_per_hour=response_gb_h + prompt_gb_h
+    )
     endpoint_gb_h = running * ENDPOINT_GB_PER_INSTANCE_HOUR
     purchase = "Spot" if spot else "on-demand"
 
     items = [
-        CostItem(name="instances running", usd_per_hour=running * usd_per_instance_hour,
-                 basis=f"{running} x {price.instance_type} at ${usd_per_instance_hour:g}/h ({price_label})"),
-        CostItem(name="root volumes of running instances", usd_per_hour=running * volume_usd,
-                 basis=f"{running} x {volume_basis}"),
+        CostItem(
+            name="instances running",
+            usd_per_hour=running * usd_per_instance_hour,
+            basis=f"{running} x {price.instance_type} at ${usd_per_instance_hour:g}/h ({price_label})",
+        ),
+        CostItem(
+            name="root volumes of running instances",
+            usd_per_hour=running * volume_usd,
+            basis=f"{running} x {volume_basis}",
+        ),
     ]
     if warm_pool:
-        items.append(CostItem(
-            name="warm pool (Stopped instances: root volumes only)", usd_per_hour=pool * volume_usd,
-            basis=(f"{pool} Stopped instance(s): max {maximum} - desired {running}, at least WARM_POOL_MIN_SIZE "
-                   f"{WARM_POOL_MIN_SIZE} (EC2 Auto Scaling user guide, 'Warm pools': the pool holds max - desired "
-                   f"when MaxGroupPreparedCapacity is unset; a Stopped instance pays for its EBS volumes, not "
-                   f"compute); {pool} x {volume_basis}")))
+        items.append(
+            CostItem(
+                name="warm pool (Stopped instances: root volumes only)",
+                usd_per_hour=pool * volume_usd,
+                basis=(
+                    f"{pool} Stopped instance(s): max {maximum} - desired {running}, at least WARM_POOL_MIN_SIZE "
+                    f"{WARM_POOL_MIN_SIZE} (EC2 Auto Scaling user guide, 'Warm pools': the pool holds max - desired "
+                    f"when MaxGroupPreparedCapacity is unset; a Stopped instance pays for its EBS volumes, not "
+                    f"compute); {pool} x {volume_basis}"
+                ),
+            )
+        )
     items += [
-        CostItem(name="application load balancer (hourly)", usd_per_hour=n["alb_usd_per_hour"],
-                 basis=f"one internal ALB at ${n['alb_usd_per_hour']}/h (Elastic Load Balancing pricing, us-east-1)"),
-        CostItem(name="application load balancer (LCUs)", usd_per_hour=lcus * n["alb_usd_per_lcu_hour"],
-                 basis=(f"{lcus:.3f} LCU x ${n['alb_usd_per_lcu_hour']}/LCU-hour, set by {lcu_reason}; estimated "
-                        f"from {requests_per_s:.3f} requests/s (one new connection each), {sessions:.0f} sessions x "
-                        f"{ALB_CONNECTIONS_PER_SESSION} active connections, {response_gb_h + prompt_gb_h:.4f} GB/h "
-                        f"processed ({traffic:g} output tokens/s x {BYTES_PER_TOKEN} bytes x "
-                        f"{STREAMED_RESPONSE_OVERHEAD} streamed-event overhead, plus prompts at {prompt_tokens:.0f} "
-                        f"tokens x {BYTES_PER_TOKEN} bytes x {PROMPT_OVERHEAD})")),
-        CostItem(name="interface VPC endpoints (hourly)", usd_per_hour=endpoints * azs * n["endpoint_usd_per_az_hour"],
-                 basis=(f"{endpoints} endpoints x {azs} AZs x ${n['endpoint_usd_per_az_hour']} per endpoint-AZ-hour "
-                        "(AWS PrivateLink pricing, us-east-1)")),
-        CostItem(name="interface VPC endpoints (data processed)", usd_per_hour=endpoint_gb_h * n["endpoint_usd_per_gb"],
-                 basis=(f"{running} running x {ENDPOINT_GB_PER_INSTANCE_HOUR} GB/h of logs, metrics and API calls x "
-                        f"${n['endpoint_usd_per_gb']}/GB (AWS PrivateLink pricing, first 1 PB); weights and image "
-                        "layers come through the free S3 gateway endpoint")),
+        CostItem(
+            name="application load balancer (hourly)",
+            usd_per_hour=n["alb_usd_per_hour"],
+            basis=f"one internal ALB at ${n['alb_usd_per_hour']}/h (Elastic Load Balancing pricing, us-east-1)",
+        ),
+        CostItem(
+            name="application load balancer (LCUs)",
+            usd_per_hour=lcus * n["alb_usd_per_lcu_hour"],
+            basis=(
+                f"{lcus:.3f} LCU x ${n['alb_usd_per_lcu_hour']}/LCU-hour, set by {lcu_reason}; estimated "
+                f"from {requests_per_s:.3f} requests/s (one new connection each), {sessions:.0f} sessions x "
+                f"{ALB_CONNECTIONS_PER_SESSION} active connections, {response_gb_h + prompt_gb_h:.4f} GB/h "
+                f"processed ({traffic:g} output tokens/s x {BYTES_PER_TOKEN} bytes x "
+                f"{STREAMED_RESPONSE_OVERHEAD} streamed-event overhead, plus prompts at {prompt_tokens:.0f} "
+                f"tokens x {BYTES_PER_TOKEN} bytes x {PROMPT_OVERHEAD})"
+            ),
+        ),
+        CostItem(
+            name="interface VPC endpoints (hourly)",
+            usd_per_hour=endpoints * azs * n["endpoint_usd_per_az_hour"],
+            basis=(
+                f"{endpoints} endpoints x {azs} AZs x ${n['endpoint_usd_per_az_hour']} per endpoint-AZ-hour "
+                "(AWS PrivateLink pricing, us-east-1)"
+            ),
+        ),
+        CostItem(
+            name="interface VPC endpoints (data processed)",
+            usd_per_hour=endpoint_gb_h * n["endpoint_usd_per_gb"],
+            basis=(
+                f"{running} running x {ENDPOINT_GB_PER_INSTANCE_HOUR} GB/h of logs, metrics and API calls x "
+                f"${n['endpoint_usd_per_gb']}/GB (AWS PrivateLink pricing, first 1 PB); weights and image "
+                "layers come through the free S3 gateway endpoint"
+            ),
+        ),
     ]
     total = sum(item.usd_per_hour for item in items)
     tokens_per_hour = traffic * 3600
@@ -587,23 +661,36 @@ def inference_fleet_cost(
     if spot:
         notes.append(f"instance prices are a Spot estimate, not a quote: {price.spot_label}")
     return FleetCost(
-        instance_type=price.instance_type, region=price.region, spot=spot, running_instances=running,
-        max_instances=maximum, warm_pool_instances=pool, root_volume_gib=size_gib, items=items, usd_per_hour=total,
-        usd_per_month=total * _ebs()["hours_per_month"], instance_price_label=price_label,
+        instance_type=price.instance_type,
+        region=price.region,
+        spot=spot,
+        running_instances=running,
+        max_instances=maximum,
+        warm_pool_instances=pool,
+        root_volume_gib=size_gib,
+        items=items,
+        usd_per_hour=total,
+        usd_per_month=total * _ebs()["hours_per_month"],
+        instance_price_label=price_label,
         output_tokens_per_hour_at_traffic=tokens_per_hour,
         usd_per_million_output_tokens_at_traffic=at_traffic,
         usd_per_million_output_tokens_at_traffic_label=(
             f"the whole bill (${total:.4f}/h, every line above) over the traffic's {tokens_per_hour:,.0f} output "
-            "tokens an hour" if at_traffic is not None else "no traffic: no cost per token"),
+            "tokens an hour"
+            if at_traffic is not None
+            else "no traffic: no cost per token"
+        ),
         usd_per_million_output_tokens_at_capacity=at_capacity,
         usd_per_million_output_tokens_at_capacity_label=(
             f"one instance's {purchase} price (${usd_per_instance_hour:g}/h) over its {capacity:g} output tokens/s "
-            "at full planned concurrency x 3600; instances only, no volumes, ALB or endpoints"),
+            "at full planned concurrency x 3600; instances only, no volumes, ALB or endpoints"
+        ),
         notes=notes,
     )
 
 
 # ------------------------------------------------------------------------------------------------------- batch job
+
 
 def batch_job_cost(
     instance_type: str,
@@ -619,6 +706,7 @@ def batch_job_cost(
     interface_endpoints: int = len(DEFAULT_INTERFACE_ENDPOINTS),
     root_volume_iops: int | None = EMBEDDING_ROOT_VOLUME_IOPS,
     root_volume_throughput_mibps: int | None = EMBEDDING_ROOT_VOLUME_THROUGHPUT_MIBPS,
+    price: InstancePrice | None = None,
 ) -> BatchCost:
     """What an embedding backlog costs: ``instances`` workers, each running from launch to the backlog's end.
 
@@ -638,7 +726,7 @@ def batch_job_cost(
     azs = int(_number("availability_zones", availability_zones, minimum=1, whole=True))
     endpoints = int(_number("interface_endpoints", interface_endpoints, whole=True))
 
-    price = instance_price(instance_type, region)
+    price = price if price is not None else instance_price(instance_type, region)
     usd_per_instance_hour, price_label = _hourly_price(price, spot)
     n = _network()
     work_hours = tokens / (workers * throughput) / 3600
@@ -647,35 +735,63 @@ def batch_job_cost(
     size_gib = root_volume_gib(weights_gib)
     volume_usd = gp3_volume_usd_per_hour(size_gib, root_volume_iops, root_volume_throughput_mibps)
     items = [
-        JobCostItem(name="instances", usd=workers * hours * usd_per_instance_hour,
-                    basis=(f"{workers} x {price.instance_type} x {hours:.3f} h ({startup_hours:.3f} h start-up + "
-                           f"{work_hours:.3f} h work) at ${usd_per_instance_hour:g}/h ({price_label})")),
-        JobCostItem(name="root volumes", usd=workers * hours * volume_usd,
-                    basis=f"{workers} x {hours:.3f} h x {_volume_basis(size_gib, root_volume_iops, root_volume_throughput_mibps)}"),
-        JobCostItem(name="interface VPC endpoints (hourly)",
-                    usd=endpoints * azs * billed_endpoint_hours * n["endpoint_usd_per_az_hour"],
-                    basis=(f"{endpoints} endpoints x {azs} AZs x {billed_endpoint_hours} h (partial hours billed "
-                           f"whole) x ${n['endpoint_usd_per_az_hour']} (AWS PrivateLink pricing, us-east-1)")),
-        JobCostItem(name="interface VPC endpoints (data processed)",
-                    usd=workers * hours * ENDPOINT_GB_PER_INSTANCE_HOUR * n["endpoint_usd_per_gb"],
-                    basis=(f"{workers} x {hours:.3f} h x {ENDPOINT_GB_PER_INSTANCE_HOUR} GB/h of logs, metrics, queue "
-                           f"and API calls x ${n['endpoint_usd_per_gb']}/GB; documents and weights come through the "
-                           "free S3 gateway endpoint")),
+        JobCostItem(
+            name="instances",
+            usd=workers * hours * usd_per_instance_hour,
+            basis=(
+                f"{workers} x {price.instance_type} x {hours:.3f} h ({startup_hours:.3f} h start-up + "
+                f"{work_hours:.3f} h work) at ${usd_per_instance_hour:g}/h ({price_label})"
+            ),
+        ),
+        JobCostItem(
+            name="root volumes",
+            usd=workers * hours * volume_usd,
+            basis=f"{workers} x {hours:.3f} h x {_volume_basis(size_gib, root_volume_iops, root_volume_throughput_mibps)}",
+        ),
+        JobCostItem(
+            name="interface VPC endpoints (hourly)",
+            usd=endpoints * azs * billed_endpoint_hours * n["endpoint_usd_per_az_hour"],
+            basis=(
+                f"{endpoints} endpoints x {azs} AZs x {billed_endpoint_hours} h (partial hours billed "
+                f"whole) x ${n['endpoint_usd_per_az_hour']} (AWS PrivateLink pricing, us-east-1)"
+            ),
+        ),
+        JobCostItem(
+            name="interface VPC endpoints (data processed)",
+            usd=workers * hours * ENDPOINT_GB_PER_INSTANCE_HOUR * n["endpoint_usd_per_gb"],
+            basis=(
+                f"{workers} x {hours:.3f} h x {ENDPOINT_GB_PER_INSTANCE_HOUR} GB/h of logs, metrics, queue "
+                f"and API calls x ${n['endpoint_usd_per_gb']}/GB; documents and weights come through the "
+                "free S3 gateway endpoint"
+            ),
+        ),
     ]
     total = sum(item.usd for item in items)
     notes = [NETWORK_PRICE_NOTE]
     if spot:
-        notes.append(f"instance prices are a Spot estimate, not a quote: {price.spot_label}; interrupted work is "
-                     "retried, which this figure does not include")
+        notes.append(
+            f"instance prices are a Spot estimate, not a quote: {price.spot_label}; interrupted work is "
+            "retried, which this figure does not include"
+        )
     return BatchCost(
-        instance_type=price.instance_type, region=price.region, spot=spot, instances=workers,
-        startup_hours=startup_hours, work_hours=work_hours, hours_wall_clock=hours, root_volume_gib=size_gib,
-        items=items, total_usd=total, usd_per_million_tokens=total / tokens * 1e6, instance_price_label=price_label,
+        instance_type=price.instance_type,
+        region=price.region,
+        spot=spot,
+        instances=workers,
+        startup_hours=startup_hours,
+        work_hours=work_hours,
+        hours_wall_clock=hours,
+        root_volume_gib=size_gib,
+        items=items,
+        total_usd=total,
+        usd_per_million_tokens=total / tokens * 1e6,
+        instance_price_label=price_label,
         notes=notes,
     )
 
 
 # ------------------------------------------------------------------------------------------------------------ quota
+
 
 def quota_name(instance_type: str | InstanceType, *, spot: bool = False) -> str:
     """The EC2 Service Quotas name that counts ``instance_type``'s vCPUs (On-Demand, or Spot with ``spot``)."""
@@ -700,14 +816,28 @@ def vcpu_quota(instance_type: str, instances: int, *, spot: bool = False) -> Quo
     vcpus = count * entry.vcpu
     default = DEFAULT_QUOTA_VCPUS[name]
     increase = vcpus > default
-    advice = (f"{count} x {entry.instance_type} ({entry.vcpu} vCPUs each) need {vcpus:,} vCPUs of "
-              f"'{name}' in the fleet's region; a new account commonly has {default}: "
-              + ("request an increase to at least that figure in the Service Quotas console (Amazon EC2) before "
-                 "deploying, or the group cannot launch its instances" if increase else "no increase needed"))
-    warning = (f"{vcpus:,} vCPUs of '{name}': {LARGEST_KNOWN_QUOTA_NOTE}"
-               if vcpus > LARGEST_LIKELY_GRANTED_VCPUS else None)
+    advice = (
+        f"{count} x {entry.instance_type} ({entry.vcpu} vCPUs each) need {vcpus:,} vCPUs of "
+        f"'{name}' in the fleet's region; a new account commonly has {default}: "
+        + (
+            "request an increase to at least that figure in the Service Quotas console (Amazon EC2) before "
+            "deploying, or the group cannot launch its instances"
+            if increase
+            else "no increase needed"
+        )
+    )
+    warning = (
+        f"{vcpus:,} vCPUs of '{name}': {LARGEST_KNOWN_QUOTA_NOTE}" if vcpus > LARGEST_LIKELY_GRANTED_VCPUS else None
+    )
     return QuotaNeed(
-        instance_type=entry.instance_type, instances=count, vcpus_per_instance=entry.vcpu, vcpus=vcpus,
-        quota_name=name, spot=spot, default_new_account_vcpus=default, increase_needed_on_new_account=increase,
-        advice=advice, warning=warning,
+        instance_type=entry.instance_type,
+        instances=count,
+        vcpus_per_instance=entry.vcpu,
+        vcpus=vcpus,
+        quota_name=name,
+        spot=spot,
+        default_new_account_vcpus=default,
+        increase_needed_on_new_account=increase,
+        advice=advice,
+        warning=warning,
     )
