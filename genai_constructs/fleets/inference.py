@@ -850,6 +850,34 @@ def _vllm_default_length_problems(model: ModelShape, plan: InferencePlan, server
             f"\"{{max_model_len}}\" (the plan's {server.max_model_len:,})"]
 
 
+def _tensor_parallel_arg_problems(model: ModelShape, plan: InferencePlan, server_args: list[str]) -> list[str]:
+    """A literal ``--tensor-parallel-size`` (or ``-tp``) in custom server_args must be one replica's ranks, and the
+    attention heads must divide it: vLLM refuses otherwise ("Total number of attention heads must be divisible by
+    tensor parallel size", ``ModelConfig.verify_with_parallel_config``), and the replica's container sees only its
+    own devices, so any other degree fails at start-up on the instance."""
+    problems = []
+    for index, arg in enumerate(server_args):
+        if arg in ("--tensor-parallel-size", "-tp") and index + 1 < len(server_args):
+            text = server_args[index + 1]
+        elif arg.startswith("--tensor-parallel-size="):
+            text = arg.split("=", 1)[1]
+        else:
+            continue
+        if "{" in text:
+            continue  # the {tensor_parallel_size} placeholder: the plan's own degree
+        ranks = plan.server.tensor_parallel_size
+        if not text.isdigit() or int(text) < 1:
+            problems.append(f"server_args --tensor-parallel-size ({text!r}) must be a positive whole number: use "
+                            "\"{tensor_parallel_size}\" for the plan's degree")
+        elif int(text) != ranks or model.attention_heads % int(text):
+            divides = "" if model.attention_heads % int(text) == 0 else (
+                f"{model.name}'s {model.attention_heads} attention heads do not divide it, and ")
+            problems.append(f"server_args --tensor-parallel-size ({text}): {divides}one replica of this plan runs "
+                            f"{ranks} rank(s) on {plan.devices_per_replica} device(s) of {plan.instance_type}; use "
+                            "\"{tensor_parallel_size}\" (the plan's degree) or re-plan with instance_type=")
+    return problems
+
+
 def _replica_layout_problems(plan: InferencePlan, *, overridden: bool) -> list[str]:
     """The plan's replicas must tile the instance's devices: each replica's server container is pinned to
     ``devices_per_replica`` devices of its own (the boot script), so replicas x devices may not exceed what the
@@ -969,6 +997,7 @@ def _validate(
                                 f"{allowed} (double braces for a literal brace)")
     if plan is not None and server_args is not None and not isinstance(server_args, str):
         problems.extend(_vllm_default_length_problems(model, plan, [str(a) for a in server_args]))
+        problems.extend(_tensor_parallel_arg_problems(model, plan, [str(a) for a in server_args]))
     if not 0 <= green_traffic_percent <= 100:
         problems.append(f"green_traffic_percent ({green_traffic_percent}) must be between 0 and 100")
     if green_traffic_percent and green_model_artifact is None:

@@ -117,6 +117,22 @@ def test_fails_on_an_unknown_placeholder_in_server_args(scope: Any) -> None:
                               "{model_dir}")
 
 
+def test_fails_on_a_tensor_parallel_degree_the_heads_do_not_divide(scope: Any) -> None:
+    # Llama 3.1 8B has 32 attention heads: 3 divides neither them nor the plan's one-GPU replica.
+    args = ["-m", "vllm.entrypoints.openai.api_server", "--model", "{model_dir}", "--max-model-len", "8192",
+            "--tensor-parallel-size", "3"]
+    (problem,) = problems(scope, server_args=args)
+    assert problem.startswith("server_args --tensor-parallel-size (3): llama-3.1-8b's 32 attention heads do not "
+                              "divide it")
+    assert '"{tensor_parallel_size}"' in problem
+
+
+def test_fails_on_a_tensor_parallel_degree_that_is_not_a_number(scope: Any) -> None:
+    args = ["--model", "{model_dir}", "--tensor-parallel-size=two"]
+    (problem,) = problems(scope, server_args=args)
+    assert problem.startswith("server_args --tensor-parallel-size ('two') must be a positive whole number")
+
+
 def test_fails_on_a_green_share_out_of_range(scope: Any) -> None:
     green = ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b-v2/", version="2")
     assert problems(scope, green_model_artifact=green, green_traffic_percent=120) == [

@@ -7,8 +7,7 @@ from aws_cdk import App, Environment, Stack
 from aws_cdk.assertions import Annotations, Match
 
 from genai_constructs.errors import ConfigurationError
-from genai_constructs.fleets import EmbeddingBatchFleet
-from genai_constructs.fleets import _region
+from genai_constructs.fleets import EmbeddingBatchFleet, _region
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.planner import plan_embedding
 from genai_constructs.workload import BatchTraffic, ModelShape
