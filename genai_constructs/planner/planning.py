@@ -16,7 +16,14 @@ from genai_constructs.errors import (
 )
 from genai_constructs.planner.catalog import InstanceType, load_catalog
 from genai_constructs.planner.deployment import SCALE_OUT_ROOM
-from genai_constructs.planner.estimate import DEFAULT_RUNTIME, GIB, RUNTIMES, estimate, valid_device_counts
+from genai_constructs.planner.estimate import (
+    DEFAULT_RUNTIME,
+    GIB,
+    RUNTIMES,
+    estimate,
+    tensor_parallel_ranks,
+    valid_device_counts,
+)
 from genai_constructs.planner.plans import EmbeddingPlan, Estimate, InferencePlan, PlanOption, ServerSettings
 from genai_constructs.planner.pricing import (
     FleetCost,
@@ -327,6 +334,7 @@ def plan_inference(
     best_fitting: tuple[float, InstanceType] | None = None
     largest_shortfall: tuple[float, InstanceType, float] | None = None
     best_tpot: tuple[float, InstanceType] | None = None
+    best_ttft: tuple[float, InstanceType] | None = None
     for instance in candidates:
         for devices in _replica_widths(model, instance):
             probe = estimate(
@@ -348,6 +356,9 @@ def plan_inference(
                 best_fitting = (probe.memory.total_gib, instance)
             if best_tpot is None or probe.tpot_ms < best_tpot[0]:
                 best_tpot = (probe.tpot_ms, instance)
+            loaded_ttft = probe.ttft_ms + probe.decode_step_ms
+            if best_ttft is None or loaded_ttft < best_ttft[0]:
+                best_ttft = (loaded_ttft, instance)
             max_ok, _ = _max_concurrency_meeting(
                 model, instance, traffic, runtime, probe.memory.max_concurrency, devices=devices
             )
@@ -414,21 +425,9 @@ def plan_inference(
         )
     if not ranked:
         if best_fitting is None:
-            assert largest_shortfall is not None
-            shortfall, instance, total = largest_shortfall
-            raise ModelDoesNotFitError(
-                f"{model.name} ({model.precision.value}, {model.weight_bytes / GIB:.1f} GiB of weights) fits no "
-                f"instance in the catalog: the largest, {instance.instance_type} with {total:.0f} GiB of accelerator "
-                f"memory, falls short by {shortfall:.1f} GiB for one {sequence}-token sequence; use a narrower "
-                "precision (fp8, int4) or a smaller model"
-            )
-        assert best_tpot is not None
-        raise LatencyTargetUnreachableError(
-            f"RealtimeTraffic: no instance meets p95_tpot_ms {traffic.tpot_target_ms:.1f} ms with "
-            f"p95_ttft_ms {traffic.p95_ttft_ms:.0f} ms for {model.name}: the best achievable is "
-            f"{best_tpot[0]:.1f} ms per token on {best_tpot[1].instance_type} at concurrency 1; relax the target "
-            "(lower output_tokens_per_s_per_session), shorten prompts, or use a narrower precision"
-        )
+            raise _does_not_fit(model, candidates, traffic, runtime, largest_shortfall)
+        assert best_tpot is not None and best_ttft is not None
+        raise _latency_unreachable(model, traffic, best_tpot, best_ttft)
 
     ranked.sort(key=lambda item: item[0])
     (fleet_cost, per_million, _), chosen, instances, e, server, replicas = ranked[0]
@@ -535,6 +534,84 @@ def plan_inference(
         alternatives=alternatives,
         notes=notes,
     )
+
+
+def _does_not_fit(
+    model: ModelShape,
+    candidates: Sequence[InstanceType],
+    traffic: RealtimeTraffic,
+    runtime: str,
+    largest_shortfall: tuple[float, InstanceType, float] | None,
+) -> GenaiConstructsError:
+    """Why nothing fits: the memory, or the attention heads that divide no device count that would hold it."""
+    sequence = traffic.prompt_tokens + traffic.output_tokens
+    if largest_shortfall is None:
+        # Every full-width layout was refused for its heads; see whether memory would have allowed one.
+        for instance in sorted(candidates, key=lambda i: -i.total_accelerator_memory_gib):
+            probe = estimate(
+                model, instance, concurrency=1, prompt_tokens=traffic.prompt_tokens,
+                output_tokens=traffic.output_tokens, runtime=runtime,
+            )  # fmt: skip
+            if probe.fits:
+                ranks = tensor_parallel_ranks(instance, instance.accelerator_count)
+                return ModelDoesNotFitError(
+                    f"{model.name}'s attention_heads ({model.attention_heads}) divide no tensor-parallel degree "
+                    f"that holds its {model.weight_bytes / GIB:.1f} GiB of weights: {instance.instance_type} would "
+                    f"hold it over all {instance.accelerator_count} devices ({ranks} ranks), but vLLM shards heads "
+                    f"evenly over the ranks; check attention_heads, or use a narrower precision so fewer devices "
+                    "hold it"
+                )
+        largest = max(candidates, key=lambda i: i.total_accelerator_memory_gib)
+        return ModelDoesNotFitError(
+            f"{model.name} ({model.precision.value}, {model.weight_bytes / GIB:.1f} GiB of weights) fits no instance "
+            f"weighed: the largest, {largest.instance_type}, has {largest.total_accelerator_memory_gib:.0f} GiB; use "
+            "a narrower precision (fp8, int4) or a smaller model"
+        )
+    shortfall, instance, total = largest_shortfall
+    return ModelDoesNotFitError(
+        f"{model.name} ({model.precision.value}, {model.weight_bytes / GIB:.1f} GiB of weights) fits no "
+        f"instance in the catalog: the largest, {instance.instance_type} with {total:.0f} GiB of accelerator "
+        f"memory, falls short by {shortfall:.1f} GiB for one {sequence}-token sequence; use a narrower "
+        "precision (fp8, int4) or a smaller model"
+    )
+
+
+def _latency_unreachable(
+    model: ModelShape,
+    traffic: RealtimeTraffic,
+    best_tpot: tuple[float, InstanceType],
+    best_ttft: tuple[float, InstanceType],
+) -> LatencyTargetUnreachableError:
+    """Name the target that cannot be met and the lever that moves it: TTFT is prefill (prompt length, compute),
+    TPOT is decode (the session's token rate, memory bandwidth)."""
+    ttft_ms, ttft_on = best_ttft
+    tpot_ms, tpot_on = best_tpot
+    problems = []
+    if ttft_ms > traffic.p95_ttft_ms:
+        problems.append(
+            f"p95_ttft_ms ({traffic.p95_ttft_ms:g}) is below the fastest first token for a {traffic.prompt_tokens}-token "
+            f"prompt, {ttft_ms:.0f} ms on {ttft_on.instance_type} (prefill is compute bound): raise p95_ttft_ms to "
+            f"at least {math.ceil(ttft_ms * 1.1)}, or shorten prompt_tokens"
+        )
+    if tpot_ms > traffic.tpot_target_ms:
+        target = (
+            f"p95_tpot_ms ({traffic.p95_tpot_ms:g})"
+            if traffic.p95_tpot_ms is not None
+            else f"output_tokens_per_s_per_session ({traffic.output_tokens_per_s_per_session:g}, a token every "
+            f"{traffic.tpot_target_ms:.1f} ms)"
+        )
+        problems.append(
+            f"{target} is faster than the best decode, {tpot_ms:.1f} ms per token on {tpot_on.instance_type} at "
+            f"concurrency 1: lower output_tokens_per_s_per_session to at most {1000 / tpot_ms:.0f}, or use a "
+            "narrower precision (fp8) so each step reads fewer bytes"
+        )
+    if not problems:
+        problems.append(
+            f"p95_ttft_ms ({traffic.p95_ttft_ms:g}) and a {traffic.tpot_target_ms:.1f} ms TPOT are each reachable but "
+            f"on no instance together: the fastest first token is on {ttft_on.instance_type}, the fastest token on "
+            f"{tpot_on.instance_type}; relax either target"
+        )
+    return LatencyTargetUnreachableError(f"RealtimeTraffic for {model.name}: " + "; ".join(problems))
 
 
 def _cost_reason(cost: FleetCost, traffic: RealtimeTraffic) -> str:

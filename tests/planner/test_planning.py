@@ -157,12 +157,44 @@ def test_fails_model_that_fits_nowhere_names_largest_and_shortfall():
         plan_inference(huge, CHAT)
 
 
-def test_fails_impossible_latency_names_best_achievable():
-    with pytest.raises(LatencyTargetUnreachableError, match=r"best achievable is [0-9.]+ ms per token on"):
+def test_fails_impossible_token_rate_names_the_best_decode_and_the_rate_lever():
+    with pytest.raises(LatencyTargetUnreachableError) as error:
         plan_inference(
             ModelShape.preset("llama-3.1-70b"),
             RealtimeTraffic(concurrent_sessions=4, output_tokens_per_s_per_session=500),
         )
+    message = str(error.value)
+    assert "output_tokens_per_s_per_session (500, a token every 2.0 ms) is faster than the best decode" in message
+    assert "lower output_tokens_per_s_per_session to at most" in message
+    assert "p95_ttft_ms" not in message  # the first-token target is reachable: do not point at it
+
+
+def test_fails_impossible_ttft_points_at_the_prompt_not_the_token_rate():
+    # A 30,000-token prompt cannot be prefilled in 20 ms on any GPU: the advice is about TTFT and prompts.
+    traffic = RealtimeTraffic(
+        concurrent_sessions=4, output_tokens_per_s_per_session=5, prompt_tokens=30_000, output_tokens=200,
+        p95_ttft_ms=20,
+    )  # fmt: skip
+    with pytest.raises(LatencyTargetUnreachableError) as error:
+        plan_inference(ModelShape.preset("llama-3.1-8b"), traffic)
+    message = str(error.value)
+    assert "p95_ttft_ms (20) is below the fastest first token for a 30000-token prompt" in message
+    assert "raise p95_ttft_ms to at least" in message and "shorten prompt_tokens" in message
+    assert "output_tokens_per_s_per_session" not in message
+
+
+def test_fails_heads_that_divide_no_device_count_are_named_not_memory():
+    # 70 B parameters (130 GiB in bf16), 7 heads: 8 x 80 GiB holds it, but 7 heads shard over 1 or 7 ranks only,
+    # and one 80 GiB GPU is too small.
+    odd = ModelShape(
+        name="odd-70b", parameters_billion=70, layers=80, hidden_size=7168, attention_heads=7, kv_heads=7,
+        head_dim=1024, vocabulary=32000, max_context=4096, precision="bf16",
+    )  # fmt: skip
+    with pytest.raises(ModelDoesNotFitError) as error:
+        plan_inference(odd, CHAT, instance_types=["p5.48xlarge", "p4de.24xlarge"])
+    message = str(error.value)
+    assert "attention_heads (7) divide no tensor-parallel degree" in message
+    assert "short by -" not in message
 
 
 def test_fails_encoder_given_to_the_inference_planner():
