@@ -17,8 +17,13 @@ ROOT_VOLUME_HEADROOM = 0.2
 """Room for logs, caches (torch compile, CUDA graphs) and a second model version during a refresh."""
 
 
-def root_volume_gib(weights_gib: float, *, os_gib: int = DLAMI_ROOT_GIB, image_gib: int = CONTAINER_IMAGE_GIB,
-                    headroom: float = ROOT_VOLUME_HEADROOM) -> int:
+def root_volume_gib(
+    weights_gib: float,
+    *,
+    os_gib: int = DLAMI_ROOT_GIB,
+    image_gib: int = CONTAINER_IMAGE_GIB,
+    headroom: float = ROOT_VOLUME_HEADROOM,
+) -> int:
     """Root volume size: the AMI, the server image and the weights cached on EBS, plus headroom, in GiB.
 
     Weights live on the EBS root, never on instance store: a warm-pool instance is stopped, and a stop erases

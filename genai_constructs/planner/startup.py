@@ -53,7 +53,8 @@ def time_to_serving(weights_gib: float, path: StartPath = "cold") -> StartupEsti
     """
     if isinstance(weights_gib, bool) or not isinstance(weights_gib, (int, float)) or not 0 <= weights_gib < 1e6:
         raise GenaiConstructsError(
-            f"weights_gib ({weights_gib!r}) must be a finite number of GiB >= 0: pass the plan's weights_gib")
+            f"weights_gib ({weights_gib!r}) must be a finite number of GiB >= 0: pass the plan's weights_gib"
+        )
     figures = startup_figures()
     download = {
         "image_pull": figures["image_gib"] / figures["image_pull_gib_per_s"],
@@ -65,8 +66,11 @@ def time_to_serving(weights_gib: float, path: StartPath = "cold") -> StartupEsti
         # Just-downloaded weights are read back from the page cache where they fit; count no separate read.
         terms = {"boot": figures["instance_boot_s"], **download, **serve}
     elif path == "warm":
-        terms = {"boot": figures["warm_resume_boot_s"], "weights_read": weights_gib / figures["ebs_read_gib_per_s"],
-                 **serve}
+        terms = {
+            "boot": figures["warm_resume_boot_s"],
+            "weights_read": weights_gib / figures["ebs_read_gib_per_s"],
+            **serve,
+        }
     elif path == "warm-without-hook":
         terms = {"boot": figures["warm_resume_boot_s"], **download, **serve}
     else:
