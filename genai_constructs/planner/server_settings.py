@@ -71,12 +71,14 @@ COMPUTE_CAPABILITY: dict[str, float] = {
     "B200": 10.0,
 }
 """CUDA compute capability of each catalog GPU (NVIDIA's CUDA GPUs table, developer.nvidia.com/cuda-gpus)."""
-STARTUP_MEMORY_MARGIN_GIB_PER_RANK = 0.75
+STARTUP_MEMORY_MARGIN_GIB_PER_RANK = 0.15
 """KV memory per rank the check keeps unclaimed. vLLM does not assume its overhead, it measures it: the activation
 peak of a profile run at max_num_batched_tokens plus non-torch allocations. Published start-up logs for 8B models show
 1.26 GiB of activation peak at 8,192 batched tokens (vllm PR #10511, Llama-3-8B) and 0.20-0.35 GiB of non-torch memory
-(vllm PR #14447, issue #10517): about 1.6 GiB per rank, 0.6 GiB above the estimator's 1.0 GiB per device. With 0.75
-GiB held back, a plan that passes here is not refused by vLLM for want of KV cache."""
+(vllm PR #14447, issue #10517): about 1.6 GiB per rank, which the estimator now assumes (its vLLM profile's 1.65 GiB per
+rank). The margin covers what still varies: rounding to whole KV blocks and the spread between vLLM versions and
+models (the non-torch figure alone spans 0.15 GiB in those reports), so a plan that passes here is not refused by vLLM
+for want of KV cache."""
 
 
 def default_max_num_batched_tokens(instance: InstanceType) -> int:

@@ -31,8 +31,11 @@ def test_8b_chat_lands_on_one_g_family_gpu(chat_8b):
     assert chat_8b.family.startswith("g") and chat_8b.devices_per_replica == 1
 
 
-def test_70b_chat_uses_several_gpus_of_a_p_family_box(chat_70b):
-    assert chat_70b.family.startswith("p") and chat_70b.devices_per_replica >= 4
+def test_70b_chat_shards_one_replica_over_several_gpus(chat_70b):
+    # 131 GiB of bf16 weights fit no single GPU in the catalog (the largest, B200, has 179 GiB but a 4-GPU L40S or
+    # 8-GPU A100 box is cheaper): the plan is one tensor-parallel replica over at least four GPUs.
+    assert chat_70b.devices_per_replica >= 4 and chat_70b.replicas_per_instance == 1
+    assert chat_70b.server.tensor_parallel_size == chat_70b.devices_per_replica
 
 
 def test_plan_meets_the_latency_targets(chat_8b):
@@ -257,10 +260,12 @@ def test_fails_unknown_runtime_for_planning():
 
 
 def test_plan_names_the_vcpu_quota_to_request(chat_70b):
-    # p4d.24xlarge has 96 vCPUs (EC2 DescribeInstanceTypes).
     quota = next(n for n in chat_70b.notes if n.startswith("Quota"))
-    assert "Running On-Demand P instances" in quota
-    assert f"{96 * chat_70b.max_instances} vCPUs" in quota or chat_70b.instance_type != "p4d.24xlarge"
+    group = "P" if chat_70b.family.startswith("p") else "G and VT"
+    assert f"Running On-Demand {group} instances" in quota
+    vcpus = load_catalog().instance(chat_70b.instance_type).vcpu  # EC2 DescribeInstanceTypes, via the catalog
+    group_max = max(chat_70b.max_instances, chat_70b.min_instances + 1)
+    assert f"{vcpus * group_max:,} vCPUs" in quota
 
 
 def test_spot_plan_names_the_spot_quota():
