@@ -143,10 +143,13 @@ CALIBRATED: dict[str, float] = {
     "layer_latency_us.neuron": 5.0,
     # Latency of one hop of a small all-reduce; two all-reduces per block, 2 log2(ranks) hops each. NCCL's LL
     # protocol on NVLink measures ~3-8 us per hop for small messages; the fit's ~16 us also carries the runtime's
-    # synchronisation around each all-reduce. PCIe (no row measures it) is fixed at 10 us. NeuronLink also serves
-    # the two NeuronCores of one Inferentia2/Trainium chip (TP 2 on one chip: one hop, through the chip's memory).
+    # synchronisation around each all-reduce. PCIe (no row measures it): the same runtime synchronisation plus a
+    # slower link: nccl-tests report 42-54 us for an 8-byte all-reduce over 8 PCIe GPUs without NVLink (NVIDIA/nccl
+    # issues #1530, RTX 4090, and #1439, RTX 3090), 7-9 us for each of this model's 2 log2(8) = 6 hops, so the NVLink
+    # figure plus 8 us. NeuronLink also serves the two NeuronCores of one Inferentia2/Trainium chip (TP 2 on one
+    # chip: one hop, through the chip's memory).
     "collective_hop_us.nvlink": 16.4,
-    "collective_hop_us.pcie": 10.0,
+    "collective_hop_us.pcie": 24.4,
     "collective_hop_us.neuronlink": 4.38,
     # Per decode step the devices wait for scheduling, sampling and output processing; per sequence a little more.
     # "overlapped": runtimes whose CPU work runs while the GPU computes the next step (TensorRT-LLM's C++ executor,
@@ -185,7 +188,7 @@ FITTED: tuple[str, ...] = (
     "host_us_per_sequence.tgi-1.0",
 )
 """Constants calibration.fit() moves. Not fitted (no row measures them): gemm_efficiency.neuron (no Neuron prefill
-row; the NVIDIA figure), collective_hop_us.pcie (no multi-GPU PCIe row; 2x NVLink, as NCCL's PCIe LL latency is),
+row; the NVIDIA figure), collective_hop_us.pcie (no multi-GPU PCIe row; the NVLink hop plus nccl-tests' PCIe per-hop latency),
 step_ms.neuronx and sequence_us.neuronx (absorbed into layer_latency_us.neuron at batch 1)."""
 
 
