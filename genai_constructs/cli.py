@@ -48,13 +48,24 @@ def _plan_table(title: str, plan: InferencePlan | EmbeddingPlan) -> Table:
     table.add_row("instance", f"{plan.instance_type} ({plan.accelerator})")
     if isinstance(plan, InferencePlan):
         e = plan.estimate
-        table.add_row("tensor-parallel devices", str(plan.devices_per_replica))
+        table.add_row(
+            "replicas x tensor-parallel devices", f"{plan.replicas_per_instance} x {plan.devices_per_replica}"
+        )
         table.add_row("instances (min / max)", f"{plan.min_instances} / {plan.max_instances}")
         table.add_row("concurrency per instance", str(plan.concurrency_per_instance))
         table.add_row("TPOT / TTFT", f"{e.tpot_ms:.1f} ms / {e.ttft_ms:.0f} ms")
-        table.add_row("tokens/s per instance", f"{e.output_tokens_per_s:,.0f}")
-        table.add_row("$/hour (one / peak)", f"{_usd(plan.usd_per_hour)} / {_usd(plan.usd_per_hour_at_peak)}")
-        table.add_row("$ per 1M output tokens", _usd(plan.usd_per_million_output_tokens))
+        table.add_row("tokens/s per instance", f"{e.output_tokens_per_s * plan.replicas_per_instance:,.0f}")
+        for warning in e.warnings:
+            table.add_row("estimate warning", warning)
+        table.add_row("price", plan.price_label or "n/a")
+        table.add_row("$/hour (one / all instances)", f"{_usd(plan.usd_per_hour)} / {_usd(plan.usd_per_hour_at_peak)}")
+        table.add_row("$ per 1M output tokens at capacity", _usd(plan.usd_per_million_output_tokens))
+        cost = plan.cost_at_traffic
+        if cost is not None:
+            table.add_row("$/hour as deployed at this traffic", f"{_usd(cost.usd_per_hour)} (items under 'why')")
+            table.add_row("$ per 1M output tokens at this traffic", _usd(cost.usd_per_million_output_tokens_at_traffic))
+        if plan.spot_usd_per_hour is not None:
+            table.add_row("Spot estimate (one instance)", f"{_usd(plan.spot_usd_per_hour)}: {plan.spot_price_label}")
         server = plan.server
         table.add_row("server settings (vLLM)", " ".join(server.vllm_args()))
         table.add_row(
@@ -66,9 +77,19 @@ def _plan_table(title: str, plan: InferencePlan | EmbeddingPlan) -> Table:
         table.add_row("workers per instance", str(plan.workers_per_instance))
         table.add_row("instances (min / max)", f"{plan.min_instances} / {plan.max_instances}")
         table.add_row("tokens/s per instance", f"{plan.tokens_per_s_per_instance:,.0f}")
-        table.add_row("hours to finish", f"{plan.hours_to_finish:.1f}")
+        table.add_row(
+            "hours to finish", f"{plan.hours_to_finish:.1f} (worker start-up {plan.worker_startup_s / 60:.0f} min)"
+        )
+        table.add_row("price", plan.price_label or "n/a")
         table.add_row("$/hour per instance", _usd(plan.usd_per_hour))
-        table.add_row("$ per 1M tokens", _usd(plan.usd_per_million_tokens, digits=4))
+        table.add_row("$ per 1M tokens (compute)", _usd(plan.usd_per_million_tokens, digits=4))
+        if plan.job_cost is not None:
+            table.add_row(
+                "whole job",
+                f"{_usd(plan.job_cost.total_usd)} over {plan.job_cost.hours_wall_clock:.2f} h "
+                f"({_usd(plan.job_cost.usd_per_million_tokens, digits=4)} per 1M tokens all in; "
+                f"{plan.job_cost.instance_price_label})",
+            )
         table.add_row("Spot", ", ".join(plan.spot_instance_types) if plan.spot else "no")
     table.add_row("bottleneck", plan.bottleneck)
     table.add_row("cost lever", plan.cost_lever)

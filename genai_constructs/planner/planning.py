@@ -639,7 +639,7 @@ def _server_reason(model: ModelShape, traffic: RealtimeTraffic, server: ServerSe
         )
     return (
         f"vLLM starts with --max-model-len {server.max_model_len:,} ({why_len}), --max-num-seqs {server.max_num_seqs} "
-        f"(the highest per-instance concurrency that meets both p95 targets; scaling aims below it, at the planned "
+        f"(the highest per-replica concurrency that meets both p95 targets; scaling aims below it, at the planned "
         f"concurrency, so the headroom absorbs a burst while the fleet scales out) and --gpu-memory-utilization {server.gpu_memory_utilization:g} (the "
         f"fraction the memory estimate assumes): one {server.max_model_len:,}-token request needs "
         f"{server.kv_cache_gib_one_max_request:.2f} GiB of KV cache of the {server.kv_cache_gib_available:.2f} GiB left "
