@@ -11,6 +11,7 @@ import difflib
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -871,26 +872,115 @@ class ModelArtifact(_Frozen):
 
     ``prefix`` holds the weights and a ``SHA256SUMS`` manifest (``sha256sum`` format) that the instance
     verifies before it starts the server.
+
+    Every field is checked here, before any construct uses it: the bucket name and prefix end up in IAM ARNs, the
+    S3 gateway endpoint's policy and the boot script, where a mistake would surface only at deploy time (IAM
+    ``MalformedPolicyDocument``) or at boot (an instance that never serves). The bucket name follows "General purpose
+    bucket naming rules" (Amazon S3 user guide): 3-63 characters of lower-case letters, digits, '.' and '-',
+    beginning and ending with a letter or digit, no two adjacent periods, not formatted as an IP address, none of the
+    reserved prefixes (``xn--``, ``sthree-``, ``amzn-s3-demo-``) or suffixes (``-s3alias``, ``--ol-s3``, ``.mrap``,
+    ``--x-s3``, ``--table-s3``). A KMS key is named by its key ARN: IAM permissions for ``kms:Decrypt`` are
+    evaluated against the key, and an alias ARN in a policy's Resource controls only alias operations ("Using
+    aliases to control access to KMS keys", AWS KMS developer guide).
     """
 
-    bucket_name: str = Field(
-        min_length=3,
-        max_length=63,
-        pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$",
-        description="S3 bucket holding the weights.",
-    )
+    bucket_name: str = Field(description="S3 bucket holding the weights (its name, not an s3:// URL or an ARN).")
     prefix: str = Field(description="Key prefix of the weights, ending in '/'.")
-    version: str = Field(
-        default="1",
-        min_length=1,
-        pattern=r"^[A-Za-z0-9._-]+$",
-        description="Model version served; a change rolls the fleet.",
-    )
+    version: str = Field(default="1", description="Model version served; a change rolls the fleet.")
     kms_key_arn: str | None = Field(default=None, description="KMS key the bucket is encrypted with, if any.")
     manifest_name: str = Field(default="SHA256SUMS", description="sha256sum manifest under the prefix.")
 
-    @model_validator(mode="after")
-    def _prefix_is_folder(self) -> ModelArtifact:
-        if not self.prefix.endswith("/") or self.prefix.startswith("/"):
-            raise ValueError(f"prefix {self.prefix!r} must end in '/' and not start with '/': e.g. 'llama-3.1-8b/'")
-        return self
+    @field_validator("bucket_name", mode="before")
+    @classmethod
+    def _bucket_name_s3_allows(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError(f"must be the bucket's name as a string, e.g. 'my-models', not a {type(value).__name__}")
+        problem = s3_bucket_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("prefix", mode="before")
+    @classmethod
+    def _prefix_is_a_key_prefix(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a key prefix string such as 'llama-3.1-8b/', not a {type(value).__name__}")
+        if value.startswith(("s3://", "arn:")):
+            raise ValueError("is a key prefix inside the bucket, not a URL or an ARN: give bucket_name='my-models' "
+                             "and prefix='llama-3.1-8b/' for s3://my-models/llama-3.1-8b/")
+        if not value.endswith("/") or value.startswith("/"):
+            raise ValueError(f"prefix {value!r} must end in '/' and not start with '/': e.g. 'llama-3.1-8b/'")
+        if "//" in value or any(part in (".", "..") for part in value.split("/")[:-1]):
+            raise ValueError("holds an empty, '.' or '..' path segment, which S3 keeps literally (the weights would "
+                             "not be where the instance looks): write it as 'folder/sub/'")
+        if any(c in value for c in "*?$") or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError("holds '*', '?', '$' or a control character: in the instance role's IAM ARN a '*' or "
+                             "'?' is a wildcard that widens the grant and '${' starts a policy variable; rename the "
+                             "folder to letters, digits and '-_./'")
+        if len(value.encode()) > 1000:
+            raise ValueError("is longer than 1000 bytes: S3 keys are at most 1024 bytes and the weights' file names "
+                             "go after it; use a shorter prefix")
+        return value
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_is_a_label(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
+            raise ValueError("must be 1-64 letters, digits, '.', '_' or '-' (it names a metric dimension and a "
+                             "folder on the instance): e.g. version='2' or '2024-07-23'")
+        return value
+
+    @field_validator("kms_key_arn", mode="before")
+    @classmethod
+    def _kms_key_arn_is_a_key_arn(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if not isinstance(value, str) or not _KMS_KEY_ARN.fullmatch(value):
+            raise ValueError("must be a KMS key ARN, arn:<partition>:kms:<region>:<12-digit account>:key/<key id>, "
+                             "e.g. 'arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab' (an "
+                             "alias ARN or a bare key id does not work in the instance role's policy): copy the key's "
+                             "ARN from the KMS console, or leave it None for SSE-S3")
+        return value
+
+    @field_validator("manifest_name", mode="before")
+    @classmethod
+    def _manifest_name_is_a_file_name(cls, value: Any) -> Any:
+        if (not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,255}", value)
+                or value in (".", "..")):
+            raise ValueError("must be a file name of 1-255 letters, digits, '.', '_' or '-' directly under prefix "
+                             "(the instance downloads <prefix><manifest_name> and stops at boot without it): "
+                             "use the default 'SHA256SUMS'")
+        return value
+
+
+_KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z]{2}(-[a-z]+)+-\d:\d{12}:key/(mrk-)?[0-9a-fA-F-]{32,36}")
+_IPV4_LIKE = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
+_RESERVED_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_RESERVED_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def s3_bucket_name_problem(name: str) -> str | None:
+    """Why S3 would refuse ``name`` for a general purpose bucket, with the fix; None when it is allowed.
+
+    The rules of "General purpose bucket naming rules" (Amazon S3 user guide).
+    """
+    if name.startswith(("s3://", "arn:", "https://")):
+        bare = re.sub(r"^(s3://|arn:aws[a-z-]*:s3:::|https://)", "", name).split("/", 1)[0]
+        return (f"is a URL or an ARN, not a bucket name: give bucket_name={bare!r} and put any folder in prefix= "
+                "(the name goes into IAM ARNs as it is)")
+    allowed = ("S3 bucket names are 3-63 characters of lower-case letters, digits, '.' and '-', beginning and ending "
+               "with a letter or digit")
+    if not 3 <= len(name) <= 63 or not re.fullmatch(r"[a-z0-9][a-z0-9.-]*[a-z0-9]", name):
+        return f"{allowed}: give the bucket's exact name, e.g. 'my-models'"
+    if ".." in name:
+        return f"holds two adjacent periods, which S3 does not allow: write {re.sub(r'[.]{2,}', '.', name)!r}"
+    if _IPV4_LIKE.fullmatch(name):
+        return "is formatted as an IP address, which S3 does not allow for a bucket name: give the bucket's name"
+    for reserved in _RESERVED_BUCKET_PREFIXES:
+        if name.startswith(reserved):
+            return f"starts with {reserved!r}, a prefix S3 reserves: give the bucket's name"
+    for reserved in _RESERVED_BUCKET_SUFFIXES:
+        if name.endswith(reserved):
+            return (f"ends with {reserved!r}, a suffix S3 reserves for access points and other bucket types: give a "
+                    "general purpose bucket's name")
+    return None

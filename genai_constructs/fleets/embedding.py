@@ -32,6 +32,7 @@ from constructs import Construct
 from genai_constructs.errors import ConfigurationError
 from genai_constructs.fleets import _launch, _region
 from genai_constructs.network import PrivateDataPath
+from genai_constructs.network import _checks as checks
 from genai_constructs.planner import load_catalog, plan_embedding
 from genai_constructs.planner.plans import EmbeddingPlan
 from genai_constructs.runtime import batch_worker
@@ -182,6 +183,14 @@ class EmbeddingBatchFleet(Construct):
         machine_image: ec2.IMachineImage | None = None,
         notifications_topic: sns.ITopic | None = None,
     ) -> None:
+        _argument_types(
+            scope=scope, id=id, network=network, model=model, traffic=traffic, plan=plan, input_bucket=input_bucket,
+            output_bucket=output_bucket, input_prefix=input_prefix, output_prefix=output_prefix,
+            model_prefix=model_prefix, worker_image_repository=worker_image_repository,
+            worker_image_tag=worker_image_tag, worker_command=worker_command,
+            documents_per_message=documents_per_message, max_receive_count=max_receive_count,
+            max_instances=max_instances, scale_in_after=scale_in_after, warm_pool=warm_pool,
+            machine_image=machine_image, notifications_topic=notifications_topic)
         model_prefix = model_prefix if model_prefix is not None else DEFAULT_MODEL_PREFIX_TEMPLATE.format(
             model=model.name)
         _validate(model=model, traffic=traffic, plan=plan, input_bucket=input_bucket, output_bucket=output_bucket,
@@ -256,7 +265,6 @@ class EmbeddingBatchFleet(Construct):
             self, "InputBucket", encryption=s3.BucketEncryption.KMS, encryption_key=self.encryption_key,
             bucket_key_enabled=True, enforce_ssl=True, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED, removal_policy=RemovalPolicy.RETAIN,
-            server_access_logs_bucket=self.access_log_bucket, server_access_logs_prefix="input/",
             versioned=True,
             lifecycle_rules=[
                 s3.LifecycleRule(id="ExpireStagedDocuments", prefix=input_prefix, expiration=INPUT_EXPIRATION),
@@ -268,10 +276,14 @@ class EmbeddingBatchFleet(Construct):
             self, "OutputBucket", encryption=s3.BucketEncryption.KMS, encryption_key=self.encryption_key,
             bucket_key_enabled=True, enforce_ssl=True, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED, removal_policy=RemovalPolicy.RETAIN,
-            versioned=True, server_access_logs_bucket=self.access_log_bucket, server_access_logs_prefix="output/",
+            versioned=True,
             lifecycle_rules=[s3.LifecycleRule(
                 id="ExpireSupersededVectors", noncurrent_version_expiration=NONCURRENT_VERSION_EXPIRATION,
                 abort_incomplete_multipart_upload_after=ABORT_INCOMPLETE_UPLOADS)])
+        for created_bucket, log_prefix in ((input_bucket is None and self.input_bucket, "input/"),
+                                           (output_bucket is None and self.output_bucket, "output/")):
+            if isinstance(created_bucket, s3.Bucket):
+                self._log_server_access(created_bucket, log_prefix)
         for created, why in (
             (input_bucket is None and self.input_bucket,
              "Staged copies of documents whose system of record is elsewhere; a lost region means re-staging them"),
@@ -341,10 +353,11 @@ class EmbeddingBatchFleet(Construct):
             description=f"{_NAME} workers: read staged documents, write vectors, consume the queue, logs, metrics")
         self.security_group = ec2.SecurityGroup(
             self, "InstanceSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
-            description=f"{_NAME} workers: no inbound; HTTPS out to the VPC endpoints only")
+            description=f"{_NAME} workers: no inbound; HTTPS out to the VPC endpoints only"
+            if network.internet_routes is False else
+            f"{_NAME} workers: no inbound; HTTPS out (the VPC endpoints, and wherever the VPC routes)")
         self.security_group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443),
-            "HTTPS to the VPC endpoints and the S3 gateway endpoint (the VPC has no route to the internet)")
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), network.instance_egress_description)
 
         # ---- 3. Workers ----------------------------------------------------------------------------------------
         instance = catalog.instance(plan.instance_type)
@@ -584,6 +597,26 @@ class EmbeddingBatchFleet(Construct):
             alarm_description=f"{_NAME}: the queue has been empty for {minutes} minutes; scale the workers to zero")
         self.queue_empty_alarm.add_alarm_action(cw_actions.AutoScalingAction(self.scale_in_to_zero))
 
+    def _log_server_access(self, bucket: s3.Bucket, prefix: str) -> None:
+        """S3 server access logs of ``bucket`` into the access-log bucket under ``prefix``, granted by bucket policy.
+
+        Set here rather than through ``server_access_logs_bucket``: that property grants delivery by bucket policy
+        only under the ``@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy`` feature flag, and otherwise by the legacy
+        ``LogDeliveryWrite`` ACL with ``ObjectWriter`` ownership, so the template would depend on the app's
+        cdk.json. The statement is the one S3 documents ("Enabling Amazon S3 server access logging": the
+        ``logging.s3.amazonaws.com`` principal, ``s3:PutObject`` on the prefix, ``aws:SourceArn`` and
+        ``aws:SourceAccount`` conditions), the same the flag produces.
+        """
+        assert self.access_log_bucket is not None
+        resource = cast(s3.CfnBucket, bucket.node.default_child)
+        resource.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
+            destination_bucket_name=self.access_log_bucket.bucket_name, log_file_prefix=prefix)
+        self.access_log_bucket.add_to_resource_policy(iam.PolicyStatement(
+            principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")], actions=["s3:PutObject"],
+            resources=[self.access_log_bucket.arn_for_objects(f"{prefix}*")],
+            conditions={"ArnLike": {"aws:SourceArn": bucket.bucket_arn},
+                        "StringEquals": {"aws:SourceAccount": Stack.of(self).account}}))
+
     # ---- Observability --------------------------------------------------------------------------------------------
     def _fleet_metric(self, name: str, statistic: str, label: str, period: Duration = METRIC_PERIOD) -> cw.Metric:
         return cw.Metric(namespace=METRIC_NAMESPACE, metric_name=name, dimensions_map={"Fleet": self.fleet_name},
@@ -712,10 +745,70 @@ class EmbeddingBatchFleet(Construct):
 
 
 def _prefix_problem(argument: str, value: str) -> str | None:
+    """A key prefix that S3 notifications, lifecycle rules and IAM ARNs take literally, or why not."""
     if not isinstance(value, str) or (value and (not value.endswith("/") or value.startswith("/"))):
         return (f"{argument} ({value!r}) must end in '/' and not start with '/' (or be '' for the whole bucket): "
                 f"e.g. {argument}='docs/'")
+    if value.startswith(("s3://", "arn:")) or "//" in value:
+        return (f"{argument} ({value!r}) is a key prefix inside the bucket, not a URL, an ARN or a path with an "
+                f"empty segment: e.g. {argument}='docs/'")
+    if any(c in value for c in "*?$") or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return (f"{argument} ({value!r}) holds '*', '?', '$' or a control character: in the workers' IAM ARNs '*' "
+                "and '?' are wildcards that widen the grant, and S3 event filters take them literally; use "
+                "letters, digits and '-_./'")
     return None
+
+
+def _argument_types(
+    *, scope: object, id: object, network: object, model: object, traffic: object, plan: object,
+    input_bucket: object, output_bucket: object, input_prefix: object, output_prefix: object, model_prefix: object,
+    worker_image_repository: object, worker_image_tag: object, worker_command: object,
+    documents_per_message: object, max_receive_count: object, max_instances: object, scale_in_after: object,
+    warm_pool: object, machine_image: object, notifications_topic: object,
+) -> None:
+    """Every argument's type and finiteness, before anything uses it; raises with all of them at once."""
+    problems: list[str] = []
+    checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
+                       fix=f"pass the stack: {_NAME}(stack, 'Embed', ...)")
+    checks.text(problems, "id", id, fix=f"pass the construct id: {_NAME}(stack, 'Embed', ...)")
+    checks.instance_of(problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
+                       fix="pass the PrivateDataPath itself (network=net, not net.vpc); for a VPC of your own, wrap "
+                           "it: PrivateDataPath(stack, 'Net', vpc=vpc)")
+    checks.instance_of(problems, "model", model, ModelShape, allowed="a ModelShape",
+                       fix="e.g. model=ModelShape.preset('bge-large-en-v1.5')")
+    checks.instance_of(problems, "traffic", traffic, BatchTraffic, allowed="a BatchTraffic",
+                       fix="e.g. traffic=BatchTraffic(documents=2_000_000, tokens_per_document=800, deadline_hours=12)")
+    checks.instance_of(problems, "plan", plan, EmbeddingPlan, optional=True, allowed="an EmbeddingPlan",
+                       fix="pass plan=plan_embedding(model, traffic), or omit it")
+    for argument, value in (("input_bucket", input_bucket), ("output_bucket", output_bucket)):
+        checks.cdk_interface(problems, argument, value, attributes=("bucket_arn", "bucket_name"),
+                             allowed="an s3.IBucket",
+                             fix=f"pass the bucket construct, e.g. s3.Bucket.from_bucket_name(stack, 'Docs', "
+                                 f"'my-docs'), not its name; or omit {argument} for a new one")
+    for argument, value, optional in (("input_prefix", input_prefix, False), ("output_prefix", output_prefix, False),
+                                      ("model_prefix", model_prefix, True)):
+        checks.text(problems, argument, value, optional=optional, empty=True, fix=f"e.g. {argument}='docs/'")
+    checks.cdk_interface(problems, "worker_image_repository", worker_image_repository,
+                         attributes=("repository_uri_for_tag", "repository_arn"), allowed="an ecr.IRepository",
+                         fix="e.g. ecr.Repository.from_repository_name(stack, 'Repo', 'my-worker')")
+    checks.text(problems, "worker_image_tag", worker_image_tag, optional=True, fix="e.g. worker_image_tag='1.0'")
+    checks.text(problems, "worker_command", worker_command, optional=True, empty=True,
+                fix="the shell command that starts one worker, e.g. '/opt/venv/bin/python -m worker'")
+    checks.whole_number(problems, "documents_per_message", documents_per_message, minimum=1, maximum=10_000,
+                        fix=f"the enqueue CLI sends {batch_worker.DEFAULT_DOCUMENTS_PER_MESSAGE}")
+    checks.whole_number(problems, "max_receive_count", max_receive_count, minimum=1, maximum=1000,
+                        fix=f"SQS's range; the default is {DEFAULT_MAX_RECEIVE_COUNT}")
+    checks.whole_number(problems, "max_instances", max_instances, minimum=1, optional=True,
+                        fix="the most workers at once, e.g. 8, or None for the plan's")
+    checks.instance_of(problems, "scale_in_after", scale_in_after, Duration, allowed="a Duration",
+                       fix="e.g. scale_in_after=Duration.minutes(15)")
+    checks.flag(problems, "warm_pool", warm_pool)
+    checks.cdk_interface(problems, "machine_image", machine_image, attributes=("get_image",),
+                         allowed="an ec2.IMachineImage", fix="e.g. ec2.MachineImage.generic_linux({...})")
+    checks.cdk_interface(problems, "notifications_topic", notifications_topic, attributes=("topic_arn",),
+                         allowed="an sns.ITopic", fix="e.g. sns.Topic.from_topic_arn(stack, 'Topic', 'arn:aws:sns:...')")
+    if problems:
+        raise ConfigurationError(_NAME, problems)
 
 
 def _validate(*, model: ModelShape, traffic: BatchTraffic, plan: EmbeddingPlan | None,

@@ -49,6 +49,7 @@ from genai_constructs.monitoring import (
 )
 from genai_constructs.monitoring.alarms import P99_LATENCY_FACTOR
 from genai_constructs.network import PrivateDataPath
+from genai_constructs.network import _checks as checks
 from genai_constructs.planner import estimate, load_catalog, plan_inference
 from genai_constructs.planner.deployment import (  # the plan's cost prices the same volumes and warm pool
     INFERENCE_ROOT_VOLUME_IOPS as ROOT_VOLUME_IOPS,
@@ -132,6 +133,16 @@ _ACCESS_LOG_BUCKET_ACKNOWLEDGMENTS = {
        for pack in ("NIST.800.53.R5", "HIPAA.Security")},
 }
 """Findings on the access-log bucket, each with its reason."""
+PLAIN_HTTP_FINDINGS: tuple[str, ...] = (
+    "NIST.800.53.R5-ALBHttpToHttpsRedirection",
+    "NIST.800.53.R5-ELBv2ACMCertificateRequired",
+    "HIPAA.Security-ALBHttpToHttpsRedirection",
+    "HIPAA.Security-ELBv2ACMCertificateRequired",
+)
+"""The cdk-nag findings a listener without a certificate brings (``allow_plain_http`` True or None), all on
+``<fleet>/LoadBalancer/Listener/Resource``: the NIST 800-53 R5 and HIPAA Security packs want HTTP redirected to HTTPS
+and an ACM certificate on every listener; AwsSolutions has none. Acknowledge them with
+``GpuInferenceFleet.acknowledge_plain_http(reason)`` (docs/security.md)."""
 ACCESS_LOG_PREFIX = "alb"
 ACCESS_LOG_RETENTION = Duration.days(90)
 """Three months of ALB access logs covers incident reviews; S3 lifecycle deletes older objects."""
@@ -254,7 +265,21 @@ class GpuInferenceFleet(Construct):
         deletion_protection: bool = DEFAULT_DELETION_PROTECTION,
         web_acl: wafv2.CfnWebACL | None = None,
     ) -> None:
+        problems, bad = _argument_types(
+            scope=scope, id=id, network=network, model=model, traffic=traffic, model_artifact=model_artifact,
+            instance_type=instance_type, min_instances=min_instances, max_instances=max_instances,
+            image_repository=image_repository, image_tag=image_tag, server_entrypoint=server_entrypoint,
+            server_args=server_args, server_port=server_port, server_environment=server_environment,
+            health_check_path=health_check_path, certificate=certificate, allow_plain_http=allow_plain_http,
+            warm_pool=warm_pool, spot=spot, latency_is_the_product=latency_is_the_product,
+            green_model_artifact=green_model_artifact, green_traffic_percent=green_traffic_percent,
+            health_check_grace_period=health_check_grace_period, machine_image=machine_image,
+            allow_from_vpc=allow_from_vpc, notifications_topic=notifications_topic,
+            deletion_protection=deletion_protection, web_acl=web_acl)
+        if "scope" in bad:  # nothing below can ask a stack for its region
+            raise ConfigurationError(_NAME, problems)
         plan = _validate(
+            problems=problems, bad=bad,
             model=model, traffic=traffic, model_artifact=model_artifact, instance_type=instance_type,
             min_instances=min_instances, max_instances=max_instances, image_repository=image_repository,
             image_tag=image_tag, server_port=server_port, health_check_path=health_check_path,
@@ -296,8 +321,7 @@ class GpuInferenceFleet(Construct):
             self, "InstanceSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
             description=f"{_NAME} instances: the load balancer on the serving and health ports only")
         self.security_group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443),
-            "HTTPS to the VPC endpoints and the S3 gateway endpoint (the VPC has no route to the internet)")
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), network.instance_egress_description)
         self.security_group.connections.allow_from(
             self.load_balancer_security_group, ec2.Port.tcp(server_port), "Load balancer to the model server")
         self.security_group.connections.allow_from(
@@ -443,6 +467,24 @@ class GpuInferenceFleet(Construct):
             in_flight_target=self.in_flight_target, alarms=list(self.alarms.values()),
             usd_per_instance_hour=plan.usd_per_hour))
         self.queries = self._saved_queries()
+
+    def acknowledge_plain_http(self, reason: str) -> None:
+        """Acknowledge the four cdk-nag findings a plain-HTTP listener brings (``PLAIN_HTTP_FINDINGS``), with the
+        caller's reason: the construct never acknowledges them itself, since whether plain HTTP inside the VPC is
+        acceptable is the application's call under NIST 800-53 SC-8 and HIPAA 164.312(e)(1), not the library's.
+
+        Uses ``Validations.of(listener).acknowledge(...)`` (aws-cdk-lib validations, cdk-nag v3).
+        """
+        problems: list[str] = []
+        if self.listener_port != 80:
+            problems.append("acknowledge_plain_http: this fleet serves HTTPS (a certificate was given): there is "
+                            "nothing to acknowledge; drop the call")
+        if not isinstance(reason, str) or len(reason.strip()) < 10:
+            problems.append(f"acknowledge_plain_http: reason ({reason!r}) must say why plain HTTP is acceptable, in "
+                            "at least 10 characters: e.g. 'TLS terminates at the service mesh sidecar'")
+        if problems:
+            raise ConfigurationError(_NAME, problems)
+        _launch.acknowledge(self.listener, dict.fromkeys(PLAIN_HTTP_FINDINGS, reason))
 
     # ---- Building blocks --------------------------------------------------------------------------------------
 
@@ -909,17 +951,19 @@ def _validate(
     image_tag: str | None, server_port: int, health_check_path: str, certificate: acm.ICertificate | None,
     allow_plain_http: bool | None, warm_pool: bool, spot: bool, green_model_artifact: ModelArtifact | None,
     green_traffic_percent: int, server_args: Sequence[str] | None, server_environment: Mapping[str, str] | None,
-    region: str | None,
+    region: str | None, problems: list[str], bad: set[str],
 ) -> InferencePlan:
     """Check every argument, gather every problem, raise once; return the plan (planned in the stack's ``region``
-    when it is concrete: fleets/_region.py)."""
-    problems: list[str] = []
-    for name in server_environment or {}:
+    when it is concrete: fleets/_region.py). ``problems`` holds the type problems found first; the arguments in
+    ``bad`` had the wrong type, so the checks below skip them."""
+    for name in (server_environment or {}) if "server_environment" not in bad else ():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             problems.append(f"server_environment key ({name!r}) is not a valid environment variable name: use "
                             "letters, digits and underscores, not starting with a digit")
     plan: InferencePlan | None = None
-    if model.kind != "decoder":
+    if bad & {"model", "traffic", "instance_type"}:
+        pass  # nothing to plan from
+    elif model.kind != "decoder":
         problems.append(f"model ({model.name!r}) is an encoder: serve it with the embedding fleet, not {_NAME}")
     elif instance_type is not None:
         try:
@@ -948,6 +992,10 @@ def _validate(
         except GenaiConstructsError as error:
             problems.append(str(error))
 
+    if bad & {"spot", "warm_pool", "allow_plain_http", "min_instances", "max_instances", "server_port",
+               "health_check_path", "image_tag", "green_traffic_percent", "model_artifact", "green_model_artifact"}:
+        if problems:
+            raise ConfigurationError(_NAME, problems)
     if spot and warm_pool:
         problems.append("spot (True) with warm_pool (True): a warm pool cannot be added to a group that launches "
                         "Spot Instances (EC2 Auto Scaling user guide); set warm_pool=False to use Spot, or spot=False")
@@ -983,9 +1031,8 @@ def _validate(
         problems.append(f"instance_type ({plan.instance_type!r}) is Neuron: the default vLLM image is for NVIDIA "
                         "GPUs; pass image_repository= and image_tag= of a Neuron vLLM image and a Neuron-compiled "
                         "model_artifact")
-    if isinstance(server_args, str):
-        problems.append(f"server_args ({server_args!r}) is one string: pass a list of arguments, e.g. "
-                        f"{server_args.split()!r}")
+    if "server_args" in bad:
+        pass
     elif server_args is not None:
         placeholders = dict.fromkeys(SERVER_ARG_PLACEHOLDERS, "")
         for arg in server_args:
@@ -995,7 +1042,7 @@ def _validate(
                 allowed = ", ".join(f"{{{name}}}" for name in SERVER_ARG_PLACEHOLDERS)
                 problems.append(f"server_args item {arg!r} is not a string with known placeholders: allowed are "
                                 f"{allowed} (double braces for a literal brace)")
-    if plan is not None and server_args is not None and not isinstance(server_args, str):
+    if plan is not None and server_args is not None and "server_args" not in bad:
         problems.extend(_vllm_default_length_problems(model, plan, [str(a) for a in server_args]))
         problems.extend(_tensor_parallel_arg_problems(model, plan, [str(a) for a in server_args]))
     if not 0 <= green_traffic_percent <= 100:
@@ -1010,3 +1057,84 @@ def _validate(
         raise ConfigurationError(_NAME, problems)
     assert plan is not None
     return plan
+
+
+def _argument_types(
+    *, scope: object, id: object, network: object, model: object, traffic: object, model_artifact: object,
+    instance_type: object, min_instances: object, max_instances: object, image_repository: object,
+    image_tag: object, server_entrypoint: object, server_args: object, server_port: object,
+    server_environment: object, health_check_path: object, certificate: object, allow_plain_http: object,
+    warm_pool: object, spot: object, latency_is_the_product: object, green_model_artifact: object,
+    green_traffic_percent: object, health_check_grace_period: object, machine_image: object, allow_from_vpc: object,
+    notifications_topic: object, deletion_protection: object, web_acl: object,
+) -> tuple[list[str], set[str]]:
+    """Every argument's type and finiteness, before anything uses it: (problems, the arguments that failed)."""
+    problems: list[str] = []
+    bad: set[str] = set()
+
+    def record(argument: str, ok: bool) -> None:
+        if not ok:
+            bad.add(argument)
+
+    record("scope", checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
+                                       fix=f"pass the stack: {_NAME}(stack, 'Chat', ...)"))
+    record("id", checks.text(problems, "id", id, fix=f"pass the construct id: {_NAME}(stack, 'Chat', ...)"))
+    record("network", checks.instance_of(
+        problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
+        fix="pass the PrivateDataPath itself (network=net, not net.vpc); for a VPC of your own, wrap it: "
+            "PrivateDataPath(stack, 'Net', vpc=vpc)"))
+    record("model", checks.instance_of(problems, "model", model, ModelShape, allowed="a ModelShape",
+                                       fix="e.g. model=ModelShape.preset('llama-3.1-8b')"))
+    record("traffic", checks.instance_of(
+        problems, "traffic", traffic, RealtimeTraffic, allowed="a RealtimeTraffic",
+        fix="e.g. traffic=RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20)"))
+    for argument, value, optional in (("model_artifact", model_artifact, False),
+                                      ("green_model_artifact", green_model_artifact, True)):
+        record(argument, checks.instance_of(
+            problems, argument, value, ModelArtifact, allowed="a ModelArtifact", optional=optional,
+            fix=f"e.g. {argument}=ModelArtifact(bucket_name='my-models', prefix='llama-3.1-8b/') (the weights and "
+                "their SHA256SUMS manifest)"))
+    record("instance_type", checks.text(problems, "instance_type", instance_type, optional=True,
+                                        fix="an EC2 instance type such as 'g6e.xlarge', or None to let the planner "
+                                            "choose"))
+    for argument, value in (("min_instances", min_instances), ("max_instances", max_instances)):
+        record(argument, checks.whole_number(problems, argument, value, minimum=1, optional=True,
+                                             fix=f"e.g. {argument}=2, or None for the plan's"))
+    record("green_traffic_percent", checks.whole_number(
+        problems, "green_traffic_percent", green_traffic_percent, minimum=0, maximum=100,
+        fix="the share of requests for the green version, e.g. 10"))
+    record("server_port", checks.whole_number(problems, "server_port", server_port, minimum=1, maximum=65535,
+                                              fix=f"the model server's own port, e.g. {DEFAULT_SERVER_PORT}"))
+    record("image_repository", checks.cdk_interface(
+        problems, "image_repository", image_repository, attributes=("repository_uri_for_tag", "repository_arn"),
+        allowed="an ecr.IRepository", fix="e.g. ecr.Repository.from_repository_name(stack, 'Repo', 'my-server')"))
+    record("image_tag", checks.text(problems, "image_tag", image_tag, optional=True, fix="e.g. image_tag='0.13'"))
+    record("server_entrypoint", checks.text(problems, "server_entrypoint", server_entrypoint,
+                                            fix=f"e.g. {DEFAULT_SERVER_ENTRYPOINT!r}"))
+    example = repr(server_args.split()) if isinstance(server_args, str) else repr(list(DEFAULT_SERVER_ARGS[:2]))
+    record("server_args", checks.string_list(problems, "server_args", server_args, optional=True, example=example))
+    record("server_environment", checks.string_map(problems, "server_environment", server_environment,
+                                                   example="{'RETRIEVAL_DNS': network.dns_entries('search')}"))
+    record("health_check_path", checks.text(problems, "health_check_path", health_check_path,
+                                            fix=f"e.g. {DEFAULT_HEALTH_PATH!r}"))
+    record("certificate", checks.cdk_interface(
+        problems, "certificate", certificate, attributes=("certificate_arn",), allowed="an acm.ICertificate",
+        fix="e.g. acm.Certificate.from_certificate_arn(stack, 'Cert', 'arn:aws:acm:...')"))
+    record("allow_plain_http", checks.flag(problems, "allow_plain_http", allow_plain_http, optional=True))
+    for argument, value in (("warm_pool", warm_pool), ("spot", spot), ("latency_is_the_product",
+                                                                        latency_is_the_product),
+                            ("allow_from_vpc", allow_from_vpc), ("deletion_protection", deletion_protection)):
+        record(argument, checks.flag(problems, argument, value))
+    record("health_check_grace_period", checks.instance_of(
+        problems, "health_check_grace_period", health_check_grace_period, Duration, optional=True,
+        allowed="a Duration", fix="e.g. health_check_grace_period=Duration.seconds(120)"))
+    record("machine_image", checks.cdk_interface(
+        problems, "machine_image", machine_image, attributes=("get_image",), allowed="an ec2.IMachineImage",
+        fix="e.g. ec2.MachineImage.generic_linux({'us-east-1': 'ami-...'})"))
+    record("notifications_topic", checks.cdk_interface(
+        problems, "notifications_topic", notifications_topic, attributes=("topic_arn",), allowed="an sns.ITopic",
+        fix="e.g. sns.Topic.from_topic_arn(stack, 'Topic', 'arn:aws:sns:...')"))
+    record("web_acl", checks.instance_of(problems, "web_acl", web_acl, wafv2.CfnWebACL, optional=True,
+                                         allowed="a wafv2.CfnWebACL (REGIONAL scope)",
+                                         fix="pass the CfnWebACL construct, or None"))
+    return problems, bad

@@ -10,7 +10,9 @@ from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from genai_constructs.errors import ConfigurationError
 from genai_constructs.monitoring.metrics import InferenceFleetMetricFactory
+from genai_constructs.network import _checks as checks
 
 P99_LATENCY_FACTOR = 2.0
 """p99 alarms at twice the p95 TTFT and TPOT targets: p95 is what scaling holds; a p99 at twice that means the tail
@@ -47,11 +49,40 @@ class InferenceAlarmThresholds:
     min_instances: int = 2
     """The group's minimum: running above it with idle GPUs is what the over-provisioning alarm reports."""
 
+    def __post_init__(self) -> None:
+        # Every threshold becomes an alarm's number: a bool, nan or inf would reach CloudWatch as nonsense (or fail
+        # jsii's type check after the alarm factory has begun adding alarms).
+        problems: list[str] = []
+        checks.instance_of(problems, "p99_time_to_first_token", self.p99_time_to_first_token, Duration,
+                           allowed="a Duration", fix="e.g. Duration.millis(1000)")
+        checks.instance_of(problems, "p99_time_per_output_token", self.p99_time_per_output_token, Duration,
+                           optional=True, allowed="a Duration or None", fix="e.g. Duration.millis(100)")
+        checks.finite_number(problems, "http_5xx_rate_percent", self.http_5xx_rate_percent, minimum=0, maximum=100,
+                             inclusive_minimum=False, fix=f"a percentage, e.g. {HTTP_5XX_RATE_PERCENT:g}")
+        checks.whole_number(problems, "unhealthy_hosts", self.unhealthy_hosts, minimum=1,
+                            fix="the count of unhealthy targets that alarms, e.g. 1")
+        for name, value, default in (("gpu_memory_used_percent", self.gpu_memory_used_percent, GPU_MEMORY_USED_PERCENT),
+                                     ("gpu_underused_percent", self.gpu_underused_percent, GPU_UNDERUSED_PERCENT)):
+            checks.finite_number(problems, name, value, minimum=0, maximum=100, inclusive_minimum=False,
+                                 optional=True, fix=f"a percentage, e.g. {default:g}, or None for no alarm")
+        checks.whole_number(problems, "min_instances", self.min_instances, minimum=0,
+                            fix="the Auto Scaling group's minimum, e.g. 2")
+        if problems:
+            raise ConfigurationError("InferenceAlarmThresholds", problems)
+
 
 class InferenceFleetAlarmFactory:
     """Creates the fleet's alarms under ``scope``, each notifying ``topic`` on ALARM and OK."""
 
     def __init__(self, scope: Construct, *, metrics: InferenceFleetMetricFactory, topic: sns.ITopic) -> None:
+        problems: list[str] = []
+        checks.instance_of(problems, "scope", scope, Construct, allowed="a construct", fix="pass the fleet or stack")
+        checks.instance_of(problems, "metrics", metrics, InferenceFleetMetricFactory,
+                           allowed="an InferenceFleetMetricFactory", fix="pass the fleet's metrics (fleet.metrics)")
+        checks.cdk_interface(problems, "topic", topic, attributes=("topic_arn",), allowed="an sns.ITopic",
+                             optional=False, fix="pass the topic alarms notify, e.g. fleet.topic")
+        if problems:
+            raise ConfigurationError("InferenceFleetAlarmFactory", problems)
         self.scope = scope
         self.metrics = metrics
         self.action = cw_actions.SnsAction(topic)
@@ -72,6 +103,10 @@ class InferenceFleetAlarmFactory:
     def create(self, thresholds: InferenceAlarmThresholds) -> dict[str, cw.Alarm]:
         """Every alarm, keyed by a short name: p99 TTFT and TPOT, 5XX rate, unhealthy hosts per target group, GPU
         memory, and over-provisioning."""
+        if not isinstance(thresholds, InferenceAlarmThresholds):
+            raise ConfigurationError("InferenceFleetAlarmFactory", [
+                f"thresholds ({thresholds!r}) must be an InferenceAlarmThresholds, not a {type(thresholds).__name__}: "
+                "e.g. InferenceAlarmThresholds(p99_time_to_first_token=Duration.millis(1000))"])
         ttft_ms = thresholds.p99_time_to_first_token.to_milliseconds()
         alarms = {
             "p99_ttft": self._alarm(

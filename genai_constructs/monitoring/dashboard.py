@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 from aws_cdk import aws_cloudwatch as cw
 
+from genai_constructs.errors import ConfigurationError
 from genai_constructs.monitoring.metrics import InferenceFleetMetricFactory
+from genai_constructs.network import _checks as checks
 
 WIDGET_WIDTH = 8
 """Three widgets per 24-unit dashboard row."""
@@ -31,6 +33,19 @@ def inference_fleet_segment(
 ) -> list[list[cw.IWidget]]:
     """Rows of widgets: what users feel (TTFT, TPOT, errors), capacity (in flight, waiting, KV cache, hosts),
     validation (GPU, host, the load balancer's own timing)."""
+    problems: list[str] = []
+    checks.instance_of(problems, "metrics", metrics, InferenceFleetMetricFactory,
+                       allowed="an InferenceFleetMetricFactory", fix="pass the fleet's metrics (fleet.metrics)")
+    checks.text(problems, "title", title, fix="a heading for the segment, e.g. the fleet's name")
+    for name, value in (("ttft_target_ms", ttft_target_ms), ("tpot_target_ms", tpot_target_ms)):
+        checks.finite_number(problems, name, value, minimum=0, inclusive_minimum=False,
+                             fix="the traffic's p95 target in milliseconds, e.g. traffic.p95_ttft_ms")
+    checks.finite_number(problems, "in_flight_target", in_flight_target, minimum=0, inclusive_minimum=False,
+                         optional=True, fix="the scaling target, e.g. fleet.in_flight_target, or None")
+    checks.finite_number(problems, "usd_per_instance_hour", usd_per_instance_hour, minimum=0,
+                         inclusive_minimum=False, optional=True, fix="the plan's price, e.g. plan.usd_per_hour")
+    if problems:
+        raise ConfigurationError("inference_fleet_segment", problems)
     in_flight_annotations = ([cw.HorizontalAnnotation(value=in_flight_target, label="scaling target")]
                              if in_flight_target is not None else [])
     rows: list[list[cw.IWidget]] = [

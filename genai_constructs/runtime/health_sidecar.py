@@ -38,10 +38,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import socket
+import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,6 +139,12 @@ class Checker:
         upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
         if not upstreams:
             raise ValueError("at least one upstream is needed")
+        # A library caller gets the command line's rules: a nan or negative timeout would make every probe fail (or
+        # block forever), and a nan cache would never expire.
+        for name, value, allow_zero in (("timeout_s", timeout_s, False), ("cache_s", cache_s, True)):
+            problem = _seconds_problem(value, allow_zero=allow_zero)
+            if problem:
+                raise ValueError(f"{name}={value!r}: {problem}")
         self.replicas = [ReplicaProbe(url, model=model, timeout_s=timeout_s, progress_metric=progress_metric,
                                       scrape_always=emf is not None) for url in upstreams]
         self.cache_s = cache_s
@@ -326,31 +336,152 @@ def make_server(checker: Checker, host: str, port: int, path: str) -> ThreadingH
     return server
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Health sidecar for an OpenAI-compatible model server.")
+# ---- Command line: every value checked before the sidecar starts, every problem reported at once ----------------
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+"""A Prometheus metric name (Prometheus data model, "Metric names and labels")."""
+
+
+def _seconds_problem(value: object, *, allow_zero: bool) -> str | None:
+    """Why ``value`` is not a usable number of seconds (a bool, a string, nan, inf, negative, or zero), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{type(value).__name__} is not a number of seconds"
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        return f"not a finite number of seconds {'0 or more' if allow_zero else 'greater than 0'}"
+    return None
+
+
+def _seconds(flag: str, text: str, fix: str, *, allow_zero: bool = False) -> tuple[float, str | None]:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    problem = _seconds_problem(value, allow_zero=allow_zero)
+    return value, (f"argument {flag}: {text!r} is {problem}; {fix}" if problem else None)
+
+
+def _port_problem(text: str) -> str | None:
+    """Port 0 would bind a random port the load balancer never checks: 1 to 65535 only."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        return f"{text!r} is not a port from 1 to 65535"
+    return None
+
+
+def _upstream_problem(url: str) -> str | None:
+    """Why ``url`` is not a model server's base URL (http or https, a host, an optional port, no query), or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        usable = (parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+                  and not parts.query and not parts.fragment)  # .port: ValueError unless a number up to 65535
+    except ValueError:
+        usable = False
+    if not usable:
+        return f"{url!r} is not a base URL like http://127.0.0.1:8000 (http or https, a host, a port from 1 to 65535)"
+    return None
+
+
+def _host_port_problem(text: str) -> str | None:
+    _, sep, port = text.rpartition(":")  # an empty HOST is the local agent, 127.0.0.1 (EmfPublisher)
+    if not sep or _port_problem(port):
+        return f"{text!r} is not HOST:PORT with a port from 1 to 65535"
+    return None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints its error on one line (naming the flag, the value and the fix), without the usage."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Every value is read as text and checked in parse_args below, so that every problem is reported at once.
+    parser = _Parser(prog="health_sidecar", description="Health sidecar for an OpenAI-compatible model server.")
     parser.add_argument("--upstream", action="append", default=None,
                         help="A model server's base URL; repeat it once per replica (default http://127.0.0.1:8000).")
     parser.add_argument("--model", default="", help="Model name for the probe; default: the first of /v1/models.")
     parser.add_argument("--host", default="0.0.0.0")  # noqa: S104 (the load balancer must reach it)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--port", default=str(DEFAULT_PORT))
     parser.add_argument("--path", default="/healthz")
-    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
-    parser.add_argument("--cache-s", type=float, default=DEFAULT_CACHE_S)
+    parser.add_argument("--timeout-s", default=str(DEFAULT_TIMEOUT_S))
+    parser.add_argument("--cache-s", default=str(DEFAULT_CACHE_S))
     parser.add_argument("--progress-metric", default=DEFAULT_PROGRESS_METRIC, help="Empty to disable.")
     parser.add_argument("--emf-address", default="", help="host:port of the CloudWatch agent's EMF listener.")
     parser.add_argument("--namespace", default="GenaiConstructs/Inference")
     parser.add_argument("--fleet", default="fleet")
     parser.add_argument("--log-group", default="")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, checked; any bad value exits 2 with one line per problem (flag, value, what is allowed, fix)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
+    problems: list[str] = []
+    args.upstream = args.upstream or ["http://127.0.0.1:8000"]
+    seen: set[str] = set()
+    for url in args.upstream:
+        problem = _upstream_problem(url)
+        if problem:
+            problems.append(f"argument --upstream: {problem}; give e.g. --upstream http://127.0.0.1:8000 "
+                            "(one per replica)")
+        elif url.rstrip("/") in seen:
+            problems.append(f"argument --upstream: {url!r} is given twice; give each replica's URL once")
+        seen.add(url.rstrip("/"))
+    if not args.host.strip():
+        problems.append("argument --host: an empty value is not allowed; give e.g. --host 0.0.0.0")
+    port_problem = _port_problem(args.port)
+    if port_problem:
+        problems.append(f"argument --port: {port_problem}; give e.g. --port {DEFAULT_PORT} (the target group's "
+                        "health check port)")
+    if not args.path.startswith("/") or any(c.isspace() for c in args.path):
+        problems.append(f"argument --path: {args.path!r} is not a URL path starting with '/'; give e.g. "
+                        "--path /healthz (the target group's health check path)")
+    args.timeout_s, problem = _seconds("--timeout-s", args.timeout_s,
+                                       f"give e.g. --timeout-s {DEFAULT_TIMEOUT_S:g} (below the load balancer's "
+                                       "health check timeout)")
+    problems += [problem] if problem else []
+    args.cache_s, problem = _seconds("--cache-s", args.cache_s, f"give e.g. --cache-s {DEFAULT_CACHE_S:g} "
+                                     "(0 probes on every check)", allow_zero=True)
+    problems += [problem] if problem else []
+    if args.progress_metric and not _METRIC_NAME.fullmatch(args.progress_metric):
+        problems.append(f"argument --progress-metric: {args.progress_metric!r} is not a Prometheus metric name; "
+                        f"give e.g. --progress-metric {DEFAULT_PROGRESS_METRIC}, or '' to disable")
+    if args.emf_address:
+        problem = _host_port_problem(args.emf_address)
+        if problem:
+            problems.append(f"argument --emf-address: {problem}; give e.g. --emf-address 127.0.0.1:25888 (the "
+                            "CloudWatch agent's EMF listener), or '' to disable")
+        if not args.namespace.strip():
+            problems.append("argument --namespace: an empty value is not allowed with --emf-address; give e.g. "
+                            "--namespace GenaiConstructs/Inference")
+        if not args.fleet.strip():
+            problems.append("argument --fleet: an empty value is not allowed with --emf-address; give the fleet's "
+                            "name (the Fleet dimension)")
+    if problems:
+        parser.exit(2, "".join(f"{parser.prog}: error: {problem}\n" for problem in problems))
+    args.port = int(args.port)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until killed; 2 on a bad command line, 1 when the port cannot be opened."""
+    args = parse_args(argv)
     emf = (
         EmfPublisher(args.emf_address, namespace=args.namespace, fleet=args.fleet, log_group=args.log_group)
         if args.emf_address else None
     )
-    checker = Checker(args.upstream or ["http://127.0.0.1:8000"], model=args.model, timeout_s=args.timeout_s, cache_s=args.cache_s,
+    checker = Checker(args.upstream, model=args.model, timeout_s=args.timeout_s, cache_s=args.cache_s,
                       progress_metric=args.progress_metric, emf=emf)
-    server = make_server(checker, args.host, args.port, args.path)
+    try:
+        server = make_server(checker, args.host, args.port, args.path)
+    except OSError as error:  # the port is taken (a second sidecar), or the host is not an address of this machine
+        sys.stderr.write(f"health_sidecar: error: cannot listen on {args.host}:{args.port} "
+                         f"({error.strerror or error}); free the port or give another with --port and --host\n")
+        return 1
     server.serve_forever()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

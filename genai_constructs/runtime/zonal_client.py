@@ -17,6 +17,7 @@ their AZ (``vpce-0a1-b2c-us-east-1a.sqs.us-east-1.vpce.amazonaws.com``, ``us-eas
 from __future__ import annotations
 
 import logging
+import math
 import re
 import urllib.error
 import urllib.request
@@ -66,11 +67,24 @@ class FailoverExhaustedError(RuntimeError):
         super().__init__(f"all {len(self.errors)} endpoint(s) failed: {tried}")
 
 
+def _check_imds_settings(base_url: object, timeout_s: object, *, url_name: str, timeout_name: str) -> None:
+    """A bad base URL or timeout is the caller's mistake, raised at once: inside the lookup it would read as "not on
+    EC2" (a ZoneLookupError, then a silent loss of the zone preference)."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"{url_name}={base_url!r} is not an http(s) URL; give e.g. {url_name}={IMDS_BASE_URL!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
+            or timeout_s <= 0:
+        raise ValueError(f"{timeout_name}={timeout_s!r} is not a finite number of seconds greater than 0; give e.g. "
+                         f"{timeout_name}={DEFAULT_IMDS_TIMEOUT_S}")
+
+
 def availability_zone(*, base_url: str = IMDS_BASE_URL, timeout_s: float = DEFAULT_IMDS_TIMEOUT_S) -> str:
     """This instance's AZ name (e.g. ``us-east-1a``) from IMDSv2: PUT a session token, then GET the placement.
 
+    :raises ValueError: ``base_url`` is not an http(s) URL, or ``timeout_s`` is not a finite number above 0.
     :raises ZoneLookupError: IMDS unreachable, timed out, refused the token, or answered something not an AZ.
     """
+    _check_imds_settings(base_url, timeout_s, url_name="base_url", timeout_name="timeout_s")
     try:
         put = urllib.request.Request(
             f"{base_url}/latest/api/token",
@@ -187,6 +201,10 @@ class ZonalClient:
     imds_timeout_s: float = DEFAULT_IMDS_TIMEOUT_S
     retry_on: tuple[type[BaseException], ...] = (OSError,)
     _looked_up: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_imds_settings(self.imds_base_url, self.imds_timeout_s, url_name="imds_base_url",
+                             timeout_name="imds_timeout_s")
 
     @classmethod
     def from_dns_entries(cls, entries: str | Iterable[str], **options: object) -> ZonalClient:
