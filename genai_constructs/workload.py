@@ -278,15 +278,21 @@ class ModelShape(_Frozen):
         ``precision`` overrides the published dtype (e.g. ``"fp8"`` or ``"int4"`` for a quantized build).
         Raises ``UnknownPresetError`` listing the closest names.
         """
+        if not isinstance(name, str):
+            raise UnknownPresetError(
+                f"ModelShape.preset: name ({name!r}) must be a preset name string, e.g. 'llama-3.1-8b' (list them "
+                "with `genai-constructs models`)"
+            )
         key = name.strip().lower()
         if key not in MODEL_PRESETS:
             close = difflib.get_close_matches(key, MODEL_PRESETS, n=3, cutoff=0.4)
             hint = (
-                f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(sorted(MODEL_PRESETS))}"
+                f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(sorted(MODEL_PRESETS))}."
             )
             raise UnknownPresetError(
                 f"ModelShape.preset: unknown model {name!r}; {hint} "
-                "Or describe the model with ModelShape(parameters_billion=..., layers=..., ...)."
+                "Or describe the model with ModelShape(parameters_billion=..., layers=..., ...) or "
+                "ModelShape.from_hf_config('config.json')."
             )
         shape = cls(name=key, **MODEL_PRESETS[key])
         if precision is not None:

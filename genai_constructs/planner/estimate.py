@@ -474,6 +474,72 @@ def roofline_tpot_ms(
     return roofline_ms(step_inputs(model, instance, devices, RUNTIMES[DEFAULT_RUNTIME]), batch, context_tokens)
 
 
+def _whole(name: str, value: object, example: str) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return f"{name} ({value!r}) must be a positive whole number, e.g. {example}"
+    return None
+
+
+def _argument_problems(
+    model: object,
+    instance_type: object,
+    devices: object,
+    concurrency: object,
+    prompt_tokens: object,
+    output_tokens: object,
+    runtime: object,
+) -> list[str]:
+    """Every problem with estimate()'s arguments, each naming the argument, the value and the fix."""
+    problems = []
+    if not isinstance(model, ModelShape):
+        problems.append(
+            f"model ({model!r}) must be a ModelShape, not a {type(model).__name__}: e.g. "
+            "ModelShape.preset('llama-3.1-8b') or ModelShape.from_hf_config('config.json')"
+        )
+    instance: InstanceType | None = None
+    if isinstance(instance_type, InstanceType):
+        instance = instance_type
+    elif isinstance(instance_type, str):
+        try:
+            instance = load_catalog().instance(instance_type)
+        except GenaiConstructsError as error:
+            problems.append(str(error))
+    else:
+        problems.append(f"instance_type ({instance_type!r}) must be an EC2 instance type name, e.g. 'g6e.xlarge'")
+    for name, value, example in (
+        ("concurrency", concurrency, "16"),
+        ("prompt_tokens", prompt_tokens, "1024"),
+        ("output_tokens", output_tokens, "256"),
+    ):
+        problem = _whole(name, value, example)
+        if problem:
+            problems.append(problem)
+    if not isinstance(runtime, str) or runtime not in RUNTIMES:
+        problems.append(f"runtime ({runtime!r}) is not one of {', '.join(RUNTIMES)}")
+    if devices is not None and instance is not None:
+        count = instance.accelerator_count
+        problem = _whole("devices", devices, "1")
+        if problem:
+            problems.append(problem)
+        elif not isinstance(devices, int) or not 1 <= devices <= count or count % devices:
+            allowed = [d for d in range(1, count + 1) if count % d == 0]
+            problems.append(
+                f"devices ({devices}) must divide {instance.instance_type}'s {count} accelerator devices (replicas "
+                f"tile the instance in equal groups): use one of {', '.join(map(str, allowed))}"
+            )
+        elif isinstance(model, ModelShape) and not instance.is_neuron and devices > 1:
+            # vLLM shards attention heads evenly over the ranks ("Total number of attention heads must be divisible
+            # by tensor parallel size": ModelConfig.verify_with_parallel_config). transformers-neuronx pads heads, so
+            # Neuron ranks need not divide them (the published TP 24 rows of 32-head models run).
+            if model.attention_heads % devices:
+                valid = [d for d in valid_device_counts(model, instance)]
+                problems.append(
+                    f"devices ({devices}): {model.name}'s {model.attention_heads} attention heads do not divide "
+                    f"{devices} tensor-parallel ranks, which vLLM refuses: use one of {', '.join(map(str, valid))}"
+                )
+    return problems
+
+
 def estimate(
     model: ModelShape,
     instance_type: str | InstanceType,
@@ -493,25 +559,12 @@ def estimate(
     but the KV cache of ``concurrency`` sequences does not, the runtime runs (and the estimate predicts) only the
     sequences that fit; ``kv_cache_overflows`` and ``warnings`` say so.
     """
-    instance = instance_type if isinstance(instance_type, InstanceType) else load_catalog().instance(instance_type)
-    problems = []
-    for name, value in (
-        ("concurrency", concurrency),
-        ("prompt_tokens", prompt_tokens),
-        ("output_tokens", output_tokens),
-    ):
-        if value <= 0:
-            problems.append(f"{name} ({value}) must be a positive integer")
-    if runtime not in RUNTIMES:
-        problems.append(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
-    if devices is None:
-        devices = instance.accelerator_count
-    elif not 1 <= devices <= instance.accelerator_count:
-        problems.append(
-            f"devices ({devices}) must be between 1 and {instance.accelerator_count} on {instance.instance_type}"
-        )
+    problems = _argument_problems(model, instance_type, devices, concurrency, prompt_tokens, output_tokens, runtime)
     if problems:
         raise GenaiConstructsError("estimate: " + "; ".join(problems))
+    instance = instance_type if isinstance(instance_type, InstanceType) else load_catalog().instance(instance_type)
+    if devices is None:
+        devices = instance.accelerator_count
     profile = RUNTIMES[runtime]
     if prompt_tokens + output_tokens > model.max_context and model.kind == "decoder":
         raise GenaiConstructsError(

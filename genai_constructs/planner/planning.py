@@ -287,6 +287,39 @@ def _max_concurrency_meeting(
     return low, best
 
 
+def _check_arguments(
+    planner: str, model: object, traffic: object, traffic_type: type, *, include_neuron: object, region: object
+) -> None:
+    """Types before use: every problem at once, each naming the argument, the value and the fix."""
+    problems = []
+    if not isinstance(model, ModelShape):
+        problems.append(
+            f"model ({model!r}) must be a ModelShape, not a {type(model).__name__}: e.g. "
+            "ModelShape.preset('llama-3.1-8b') or ModelShape.from_hf_config('config.json')"
+        )
+    if not isinstance(traffic, traffic_type):
+        other = "plan_embedding" if traffic_type is RealtimeTraffic else "plan_inference"
+        hint = (
+            f"; {type(traffic).__name__} is planned by {other}"
+            if isinstance(traffic, (RealtimeTraffic, BatchTraffic))
+            else ""
+        )
+        problems.append(
+            f"traffic ({type(traffic).__name__}) must be a {traffic_type.__name__}{hint}: e.g. "
+            + (
+                "RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20)"
+                if traffic_type is RealtimeTraffic
+                else "BatchTraffic(documents=1_000_000, tokens_per_document=500, deadline_hours=12)"
+            )
+        )
+    if not isinstance(include_neuron, bool):
+        problems.append(f"include_neuron ({include_neuron!r}) must be True or False")
+    if region is not None and not isinstance(region, str):
+        problems.append(f"region ({region!r}) must be a region name such as 'us-east-1', or None for us-east-1 prices")
+    if problems:
+        raise GenaiConstructsError(f"{planner}: " + "; ".join(problems))
+
+
 def _replica_widths(model: ModelShape, instance: InstanceType) -> list[int]:
     """Devices one replica may span on ``instance``: every count that divides the instance's devices (so replicas
     tile it exactly) and whose tensor-parallel ranks divide the attention heads (vLLM refuses otherwise:
@@ -313,6 +346,7 @@ def plan_inference(
     several narrower ones side by side; see ``_replica_widths``). ``instance_types`` restricts the search
     (e.g. an override); ``include_neuron`` lets Inferentia2/Trainium compete (see INCLUDE_NEURON_DEFAULT).
     """
+    _check_arguments("plan_inference", model, traffic, RealtimeTraffic, include_neuron=include_neuron, region=region)
     if model.kind != "decoder":
         raise GenaiConstructsError(
             f"plan_inference: model {model.name!r} is an encoder; plan embedding work with plan_embedding(model, BatchTraffic(...))"
@@ -692,6 +726,7 @@ def plan_embedding(
     region: str | None = None,
 ) -> EmbeddingPlan:
     """The cheapest fleet per million embedded tokens that finishes the backlog within the deadline (less headroom)."""
+    _check_arguments("plan_embedding", model, traffic, BatchTraffic, include_neuron=include_neuron, region=region)
     if model.kind != "encoder":
         raise GenaiConstructsError(
             f"plan_embedding: model {model.name!r} is a decoder; plan chat/completion with plan_inference(model, RealtimeTraffic(...))"

@@ -63,17 +63,17 @@ def test_fails_when_the_model_does_not_fit_and_fit_is_required():
 
 
 def test_fails_on_zero_concurrency():
-    with pytest.raises(GenaiConstructsError, match=r"concurrency \(0\) must be a positive integer"):
+    with pytest.raises(GenaiConstructsError, match=r"concurrency \(0\) must be a positive whole number"):
         estimate(LLAMA_8B, "g5.xlarge", concurrency=0)
 
 
 def test_fails_on_more_devices_than_the_instance_has():
-    with pytest.raises(GenaiConstructsError, match=r"devices \(2\) must be between 1 and 1 on g5.xlarge"):
+    with pytest.raises(GenaiConstructsError, match=r"devices \(2\) must divide g5.xlarge's 1 accelerator devices"):
         estimate(LLAMA_8B, "g5.xlarge", devices=2)
 
 
 def test_fails_on_an_unknown_runtime():
-    with pytest.raises(GenaiConstructsError, match=r"runtime 'sglang' is not one of"):
+    with pytest.raises(GenaiConstructsError, match=r"runtime \('sglang'\) is not one of"):
         estimate(LLAMA_8B, "g5.xlarge", runtime="sglang")
 
 
@@ -246,3 +246,43 @@ def test_encoder_throughput_matches_published_benchmarks():
     comparisons = compare_embeddings()
     median, worst = error_summary(comparisons)
     assert median <= 0.15 and worst <= 0.35, [(c.label, round(c.error, 3)) for c in comparisons]
+
+
+# --- bad input: every problem named, before any arithmetic ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (dict(model="llama-3.1-8b"), "model ('llama-3.1-8b') must be a ModelShape, not a str"),
+        (dict(instance_type=None), "instance_type (None) must be an EC2 instance type name"),
+        (dict(concurrency=True), "concurrency (True) must be a positive whole number"),
+        (dict(concurrency=2.5), "concurrency (2.5) must be a positive whole number"),
+        (dict(prompt_tokens=float("nan")), "prompt_tokens (nan) must be a positive whole number"),
+        (dict(output_tokens=0), "output_tokens (0) must be a positive whole number"),
+        (dict(runtime="vllm-9"), "runtime ('vllm-9') is not one of vllm"),
+        (dict(instance_type="p5.48xlarge", devices=3), "devices (3) must divide p5.48xlarge's 8 accelerator devices"),
+        (dict(instance_type="p5.48xlarge", devices=True), "devices (True) must be a positive whole number"),
+    ],
+)
+def test_fails_bad_arguments_name_the_argument_and_the_fix(arguments, expected):
+    call = dict(model=ModelShape.preset("llama-3.1-8b"), instance_type="g6e.xlarge") | arguments
+    model, instance_type = call.pop("model"), call.pop("instance_type")
+    with pytest.raises(GenaiConstructsError) as error:
+        estimate(model, instance_type, **call)
+    assert expected in str(error.value)
+
+
+def test_fails_a_tensor_parallel_degree_the_heads_do_not_divide():
+    # 40 query heads (Llama 2 13B) shard over 1, 2, 4 or 8 GPUs of a p4d, never 8/3; here over 8 they divide,
+    # over a made-up 7-head model they do not.
+    odd = ModelShape.preset("llama-2-13b").model_copy(update={"attention_heads": 7, "kv_heads": 7})
+    with pytest.raises(GenaiConstructsError, match=r"devices \(2\): llama-2-13b's 7 attention heads do not divide"):
+        estimate(odd, "p4d.24xlarge", devices=2)
+
+
+def test_fails_every_problem_at_once():
+    with pytest.raises(GenaiConstructsError) as error:
+        estimate("x", 42, concurrency=0, runtime=None)
+    message = str(error.value)
+    assert all(part in message for part in ("model ('x')", "instance_type (42)", "concurrency (0)", "runtime (None)"))

@@ -271,3 +271,28 @@ def test_plan_names_the_vcpu_quota_to_request(chat_70b):
 def test_spot_plan_names_the_spot_quota():
     plan = plan_embedding(ModelShape.preset("bge-large-en-v1.5"), EMBED)
     assert any("All G and VT Spot Instance Requests" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda: plan_inference(ModelShape.preset("llama-3.1-8b"), EMBED),
+         "traffic (BatchTraffic) must be a RealtimeTraffic; BatchTraffic is planned by plan_embedding"),
+        (lambda: plan_embedding(ModelShape.preset("bge-large-en-v1.5"), CHAT),
+         "traffic (RealtimeTraffic) must be a BatchTraffic; RealtimeTraffic is planned by plan_inference"),
+        (lambda: plan_inference("llama-3.1-8b", CHAT), "model ('llama-3.1-8b') must be a ModelShape, not a str"),
+        (lambda: plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, include_neuron="yes"),
+         "include_neuron ('yes') must be True or False"),
+        (lambda: plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, region=1),
+         "region (1) must be a region name"),
+        (lambda: plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, instance_types=[]),
+         "instance_types ([]) is empty"),
+        (lambda: plan_inference(ModelShape.preset("llama-3.1-8b"), CHAT, instance_types="g5.xlarge"),
+         "instance_types ('g5.xlarge') must be a list of instance type names, not one string"),
+        (lambda: ModelShape.preset(None), "name (None) must be a preset name string"),
+    ],
+)  # fmt: skip
+def test_fails_wrong_types_before_any_planning(call, expected):
+    with pytest.raises(GenaiConstructsError) as error:
+        call()
+    assert expected in str(error.value)
