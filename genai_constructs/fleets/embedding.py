@@ -766,7 +766,8 @@ def _argument_types(
     documents_per_message: object, max_receive_count: object, max_instances: object, scale_in_after: object,
     warm_pool: object, machine_image: object, notifications_topic: object,
 ) -> None:
-    """Every argument's type and finiteness, before anything uses it; raises with all of them at once."""
+    """Every argument's type and finiteness, before anything uses it; raises with all of them at once. Ranges are
+    ``_validate``'s, which lists them together with the other problems."""
     problems: list[str] = []
     checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
                        fix=f"pass the stack: {_NAME}(stack, 'Embed', ...)")
@@ -794,11 +795,11 @@ def _argument_types(
     checks.text(problems, "worker_image_tag", worker_image_tag, optional=True, fix="e.g. worker_image_tag='1.0'")
     checks.text(problems, "worker_command", worker_command, optional=True, empty=True,
                 fix="the shell command that starts one worker, e.g. '/opt/venv/bin/python -m worker'")
-    checks.whole_number(problems, "documents_per_message", documents_per_message, minimum=1, maximum=10_000,
+    checks.whole_number(problems, "documents_per_message", documents_per_message, minimum=None,
                         fix=f"the enqueue CLI sends {batch_worker.DEFAULT_DOCUMENTS_PER_MESSAGE}")
-    checks.whole_number(problems, "max_receive_count", max_receive_count, minimum=1, maximum=1000,
+    checks.whole_number(problems, "max_receive_count", max_receive_count, minimum=None,
                         fix=f"SQS's range; the default is {DEFAULT_MAX_RECEIVE_COUNT}")
-    checks.whole_number(problems, "max_instances", max_instances, minimum=1, optional=True,
+    checks.whole_number(problems, "max_instances", max_instances, minimum=None, optional=True,
                         fix="the most workers at once, e.g. 8, or None for the plan's")
     checks.instance_of(problems, "scale_in_after", scale_in_after, Duration, allowed="a Duration",
                        fix="e.g. scale_in_after=Duration.minutes(15)")

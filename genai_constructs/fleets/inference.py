@@ -1098,10 +1098,10 @@ def _argument_types(
                                         fix="an EC2 instance type such as 'g6e.xlarge', or None to let the planner "
                                             "choose"))
     for argument, value in (("min_instances", min_instances), ("max_instances", max_instances)):
-        record(argument, checks.whole_number(problems, argument, value, minimum=1, optional=True,
+        record(argument, checks.whole_number(problems, argument, value, minimum=None, optional=True,
                                              fix=f"e.g. {argument}=2, or None for the plan's"))
     record("green_traffic_percent", checks.whole_number(
-        problems, "green_traffic_percent", green_traffic_percent, minimum=0, maximum=100,
+        problems, "green_traffic_percent", green_traffic_percent, minimum=None,
         fix="the share of requests for the green version, e.g. 10"))
     record("server_port", checks.whole_number(problems, "server_port", server_port, minimum=1, maximum=65535,
                                               fix=f"the model server's own port, e.g. {DEFAULT_SERVER_PORT}"))

@@ -653,6 +653,13 @@ def _default_selection(vpc: ec2.IVpc, vpc_subnets: ec2.SubnetSelection | None) -
     return ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 
+def _has_route_table(subnet: ec2.ISubnet) -> bool:
+    try:  # jsii raises on the missing id of a subnet imported without its route table
+        return subnet.route_table is not None and subnet.route_table.route_table_id is not None
+    except RuntimeError:
+        return False
+
+
 def _internet_routes(vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet]) -> list[str] | None:
     """Each route from ``subnets`` to a NAT gateway, an internet gateway (or egress-only one), a carrier gateway or
     an instance (a NAT instance), as "<subnet>: <destination> -> <target>"; None when they cannot be read.
@@ -825,6 +832,16 @@ def _check_shape(
             subnets = list(_select(vpc, selection).subnets)
         except RuntimeError as error:  # jsii: "There are no 'Private' subnet groups in this VPC..."
             problems.append(f"vpc_subnets selects no subnets of this VPC ({error}): select subnets it has")
+            return _Checked(extra_interface_endpoints=[], literal_cidr=literal)
+        missing = [s.subnet_id for s in subnets if not _has_route_table(s)]
+        if missing:
+            # The S3 gateway endpoint is a route in each subnet's route table ("Gateway endpoints", Amazon VPC
+            # PrivateLink guide): without the table ids CDK cannot place it and fails mid-construction.
+            problems.append(
+                f"vpc: the chosen subnets {missing!r} have no route table id: import the VPC with "
+                "*_subnet_route_table_ids=[...] (e.g. isolated_subnet_route_table_ids) so the S3 gateway endpoint "
+                "can be added to their route tables"
+            )
             return _Checked(extra_interface_endpoints=[], literal_cidr=literal)
         routes = _internet_routes(vpc, subnets)
         private_ids = {s.subnet_id for s in vpc.private_subnets}

@@ -473,11 +473,14 @@ def test_existing_vpc_gets_the_443_rule_from_its_cidr_and_flow_logs(
 
 
 def test_existing_vpc_with_a_token_cidr_takes_vpc_cidr_from_the_caller() -> None:
-    app = App()
-    vpc = ec2.Vpc(Stack(app, "Shared"), "Vpc")
-    net = PrivateDataPath(Stack(app, "Consumer"), "Net", vpc=vpc, vpc_cidr="10.1.0.0/16")
+    stack = Stack(App(), "Consumer")
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack, "Vpc", vpc_id=Fn.import_value("VpcId"), vpc_cidr_block=Fn.import_value("VpcCidr"),
+        availability_zones=["us-east-1a"], isolated_subnet_ids=["subnet-1"],
+        isolated_subnet_route_table_ids=["rtb-1"])
+    net = PrivateDataPath(stack, "Net", vpc=vpc, vpc_cidr="10.1.0.0/16")
     assert net.vpc_cidr == "10.1.0.0/16"
-    assert net.subnet_selection.subnet_type == ec2.SubnetType.PRIVATE_WITH_EGRESS
+    assert net.subnet_selection.subnet_type == ec2.SubnetType.PRIVATE_ISOLATED
 
 
 def test_existing_vpc_prefers_isolated_subnets() -> None:
@@ -505,7 +508,7 @@ def _net(**kwargs: Any) -> PrivateDataPath:
 
 
 def test_fails_max_azs_below_one() -> None:
-    with pytest.raises(ConfigurationError, match=re.escape("max_azs (0) must be an integer >= 1")):
+    with pytest.raises(ConfigurationError, match=re.escape("max_azs (0) must be a whole number >= 1")):
         _net(max_azs=0)
 
 
@@ -522,7 +525,8 @@ def test_fails_unknown_service_name_with_close_names() -> None:
 def test_fails_extra_interface_endpoints_given_as_one_string() -> None:
     with pytest.raises(
         ConfigurationError,
-        match=re.escape("extra_interface_endpoints ('secretsmanager') must be a list of names, not one string"),
+        match=re.escape("extra_interface_endpoints ('secretsmanager') is one string, which would be read character "
+                        "by character: pass a list"),
     ):
         _net(extra_interface_endpoints="secretsmanager")
 
@@ -541,7 +545,8 @@ def test_fails_vpc_with_max_azs_or_cidr() -> None:
 
 def test_fails_existing_vpc_with_a_token_cidr_and_no_vpc_cidr() -> None:
     stack = Stack(App(), "S")
-    vpc = ec2.Vpc(stack, "Vpc")
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", vpc_cidr_block=Fn.import_value("Cidr"),
+                                      availability_zones=["us-east-1a"], isolated_subnet_ids=["subnet-1"])
     with pytest.raises(
         ConfigurationError, match=re.escape("vpc_cidr (None) is required when the vpc's CIDR is a token")
     ):
