@@ -16,8 +16,13 @@ def test_the_synthesized_chat_fleet_scales_out_under_load_and_in_to_its_minimum_
     template = examples_synth.outdir / f"{STACK_NAMES['realtime_chat']}.template.json"
     fleet = read_template(template)
     assert fleet.unmodelled == ()  # every policy and alarm of the template is one the simulator runs
-    # 2.6 requests/s of 1,024 + 200 tokens for an hour (more than two g6.xlarge hold), then two idle hours.
-    report = simulate(fleet, build_workload(steady_trace(2.6), hours=3, scenario="stop"))
+    # For an hour, requests of 1,024 + 200 tokens at twice the rate that keeps the example's minimum of two instances
+    # at their scaling target (in flight = arrival rate x time in the server, from the plan's own TTFT and TPOT),
+    # then two idle hours.
+    plan = fleet.plan
+    seconds_in_server = (plan.estimate_ttft_ms + 200 * plan.estimate_tpot_ms) / 1000
+    rate = 2 * 2 * plan.in_flight_target / seconds_in_server
+    report = simulate(fleet, build_workload(steady_trace(rate), hours=3, scenario="stop"))
     assert report.peak_instances > 2
     assert report.final_instances == 2  # the example's MinSize
     assert report.scale_in_activities >= 1
