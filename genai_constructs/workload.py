@@ -128,6 +128,18 @@ def _explain(model_name: str, error: ValidationError) -> str:
     return "; ".join(lines)
 
 
+_SHAPE_LIMITS: tuple[tuple[str, int, str], ...] = (
+    ("layers", 1_000, "Llama 3.1 405B has 126 blocks"),
+    ("max_context", 16_777_216, "Llama 4 Scout's 10M-token context is the longest published"),
+    ("hidden_size", 65_536, "Llama 3.1 405B is 16,384 wide"),
+    ("parameters_billion", 20_000, "the largest published models are about 1-2 trillion parameters"),
+)
+"""Upper bounds a real model stays well inside (each about 4-10x the largest published figure, 2026-12)."""
+_HEAD_WIDTH_RATIO = (0.25, 8.0)
+"""attention_heads x head_dim over hidden_size: 1.0 for most models; Gemma 3 27B 0.76, Qwen3-32B 1.6, Qwen3-30B-A3B
+2.0, gpt-oss 1.42, DeepSeek-V3's 576-wide latent cache as one 288-wide head per query head 5.1 (config.json of each)."""
+
+
 class ModelShape(_Frozen):
     """Architecture of a transformer, enough to size memory and time its steps.
 
@@ -191,9 +203,27 @@ class ModelShape(_Frozen):
                 f"({self.parameters_billion}): a mixture-of-experts model activates a fraction of its weights"
             )
         problems += self._parameter_problems()
+        problems += self._beyond_real_problems()
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _beyond_real_problems(self) -> list[str]:
+        """Shapes no published model has: a typo, a unit mistake, or numbers from another model."""
+        problems = []
+        for name, limit, why in _SHAPE_LIMITS:
+            if getattr(self, name) > limit:
+                problems.append(f"{name} ({getattr(self, name):,}) is beyond any published model ({why}): check it")
+        ratio = self.attention_heads * self.head_dim / self.hidden_size
+        if not _HEAD_WIDTH_RATIO[0] <= ratio <= _HEAD_WIDTH_RATIO[1]:
+            problems.append(
+                f"attention_heads x head_dim ({self.attention_heads} x {self.head_dim} = "
+                f"{self.attention_heads * self.head_dim:,}) is {ratio:.2g}x hidden_size ({self.hidden_size:,}): head_dim "
+                f"is usually hidden_size / attention_heads ({self.hidden_size / self.attention_heads:g}); models that "
+                f"set it apart (Qwen3, Gemma 3, gpt-oss, DeepSeek's latent) stay within "
+                f"{_HEAD_WIDTH_RATIO[0]:g}-{_HEAD_WIDTH_RATIO[1]:g}x. Check head_dim and attention_heads"
+            )
+        return problems
 
     def _parameter_problems(self) -> list[str]:
         """parameters_billion against what layers, hidden_size, heads and vocabulary allow.

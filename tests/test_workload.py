@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from genai_constructs.errors import GenaiConstructsError, UnknownPresetError
-from genai_constructs.workload import BatchTraffic, ModelArtifact, ModelShape, Precision, RealtimeTraffic
+from genai_constructs.workload import MODEL_PRESETS, BatchTraffic, ModelArtifact, ModelShape, Precision, RealtimeTraffic
 
 REQUIRED_PRESETS = [
     "llama-2-7b",
@@ -296,3 +296,25 @@ def test_every_preset_passes_the_consistency_checks():
 
     for name in MODEL_PRESETS:
         assert ModelShape.preset(name).name == name
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"head_dim": 1280}, "attention_heads x head_dim (32 x 1280 = 40,960) is 10x hidden_size (4,096)"),
+        ({"max_context": 10**9}, "max_context (1,000,000,000) is beyond any published model"),
+        ({"layers": 5000, "parameters_billion": 1000}, "layers (5,000) is beyond any published model"),
+    ],
+)
+def test_fails_shapes_no_real_model_has(change, expected):
+    shape = dict(ModelShape.preset("llama-3.1-8b").model_dump(exclude={"weight_bytes", "kv_bytes_per_token"}))
+    with pytest.raises(GenaiConstructsError) as error:
+        ModelShape(**(shape | change))
+    assert expected in str(error.value) and "check" in str(error.value).lower()
+
+
+def test_every_preset_and_real_config_passes_the_shape_checks():
+    # Qwen3-32B (64 x 128 over 5,120), Gemma 3 27B (32 x 128 over 5,376), DeepSeek-V3's latent: all real, all accepted.
+    for name in MODEL_PRESETS:
+        ModelShape.preset(name)
+    ModelShape.from_hf_config("tests/data/hf_configs/deepseek-ai--DeepSeek-V3.json")
