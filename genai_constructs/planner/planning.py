@@ -701,6 +701,15 @@ def encoder_tokens_per_s(model: ModelShape, instance: InstanceType, sequence_tok
     return min(device_rate * instance.accelerator_count, cpu_rate)
 
 
+def _duration(hours: float) -> str:
+    """Hours as a reader wants them: minutes (or seconds) below an hour, so a short job never reads "0.0 h"."""
+    if hours >= 1:
+        return f"{hours:.1f} h"
+    if hours * 60 >= 1:
+        return f"{hours * 60:.0f} min"
+    return f"{max(1, round(hours * 3600))} s"
+
+
 def _spot_equivalents(chosen: InstanceType, candidates: list[InstanceType], rates: dict[str, float]) -> list[str]:
     """Types a Spot mixed-instances policy can substitute: same device count, throughput within 25 %, priced."""
     base = rates[chosen.instance_type]
@@ -830,13 +839,13 @@ def plan_embedding(
         f"{traffic.documents:,} documents x {traffic.tokens_per_document} tokens = {traffic.total_tokens:,} tokens.",
         f"{chosen.instance_type} embeds ~{rate:,.0f} tokens/s ({workers} worker(s), one per {chosen.accelerator.name}, "
         f"at {ENCODER_COMPUTE_EFFICIENCY:.0%} of dense peak for {sequence}-token chunks).",
-        f"{instances} instance(s) finish in {hours:.1f} h ({startup.total_s / 60:.0f} min of worker start-up, then "
-        f"{work_hours:.1f} h of work), inside {traffic.deadline_hours} h less "
-        f"{traffic.headroom:.0%} headroom ({usable_hours:.1f} h).",
+        f"{instances} instance(s) finish in {_duration(hours)} ({startup.total_s / 60:.0f} min of worker start-up, "
+        f"then {_duration(work_hours)} of work), inside {traffic.deadline_hours:g} h less "
+        f"{traffic.headroom:.0%} headroom and the start-up ({_duration(usable_hours)} of work at most).",
         f"${chosen.on_demand_usd_per_hour:.3f}/h ({price.on_demand_label}) gives ${per_million:.4f} per 1M tokens "
         f"of compute, the cheapest of {len(ranked)} options that meet the deadline.",
-        f"The whole job costs ${job_cost.total_usd:,.2f} over {job_cost.hours_wall_clock:.2f} h of wall clock "
-        f"({job_cost.startup_hours * 60:.0f} min start-up + {job_cost.work_hours:.2f} h work per worker), "
+        f"The whole job costs ${job_cost.total_usd:,.2f} over {_duration(job_cost.hours_wall_clock)} of wall clock "
+        f"({job_cost.startup_hours * 60:.0f} min start-up + {_duration(job_cost.work_hours)} work per worker), "
         f"${job_cost.usd_per_million_tokens:.4f} per 1M tokens all in, "
         + (f"at the Spot estimate ({price.spot_label})." if spot_priced else f"at {job_cost.instance_price_label}.")
         + ("" if spot_priced or not spot else " No Spot estimate is known there, so on-demand is charged."),
