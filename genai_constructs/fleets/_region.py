@@ -20,6 +20,13 @@ from genai_constructs.planner.pricing import is_offered, known_regions, regions_
 AGNOSTIC_WARNING_ID = "genai-constructs:prices-are-us-east-1"
 """Acknowledge with ``Annotations.of(fleet).acknowledge_warning(AGNOSTIC_WARNING_ID)`` once the stack has an env."""
 PLAN_REGION_WARNING_ID = "genai-constructs:plan-region-differs"
+QUOTA_WARNING_ID = "genai-constructs:quota-beyond-likely-grant"
+
+
+def warn_about_quota(scope: Construct, *, quota_warning: str | None) -> None:
+    """A fleet whose maximum needs more vCPUs than an account is likely to be granted says so at synth time."""
+    if quota_warning:
+        Annotations.of(scope).add_warning_v2(QUOTA_WARNING_ID, quota_warning)
 
 
 def stack_region(scope: Construct) -> str | None:

@@ -218,6 +218,7 @@ class EmbeddingBatchFleet(Construct):
             raise ConfigurationError(_NAME, problems)
         super().__init__(scope, id)
         _region.warn_about_prices(self, plan_region=plan.region)
+        _region.warn_about_quota(self, quota_warning=plan.quota.warning if plan.quota else None)
         self.plan = plan
         self.network = network
         self.input_prefix, self.output_prefix, self.model_prefix = input_prefix, output_prefix, model_prefix

@@ -63,3 +63,13 @@ def test_a_plan_priced_elsewhere_is_named_in_a_warning() -> None:
 def test_stack_region_is_none_when_agnostic() -> None:
     assert _region.stack_region(_stack(None)) is None
     assert _region.stack_region(_stack("ap-south-1")) == "ap-south-1"
+
+
+def test_a_fleet_beyond_any_likely_quota_warns_at_synth() -> None:
+    stack = _stack("us-east-1")
+    # A backlog that needs tens of p5.48xlarge (192 vCPUs each) in 3 hours: far past 4,000 P vCPUs.
+    huge = BatchTraffic(documents=700_000_000, tokens_per_document=5000, deadline_hours=3)
+    plan = plan_embedding(MODEL, huge, instance_types=["p5.48xlarge"])
+    assert plan.quota is not None and plan.quota.vcpus > 4000 and plan.quota.warning
+    EmbeddingBatchFleet(stack, "Fleet", network=PrivateDataPath(stack, "Net"), model=MODEL, traffic=huge, plan=plan)
+    Annotations.from_stack(stack).has_warning("/Embed/Fleet", Match.string_like_regexp("vCPUs"))
