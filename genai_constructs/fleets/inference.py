@@ -41,6 +41,7 @@ from constructs import Construct, IConstruct
 
 from genai_constructs.errors import ConfigurationError, GenaiConstructsError
 from genai_constructs.fleets import _launch, _region
+from genai_constructs.fleets.rollout import BlueGreenRollout, RolloutPolicy, RolloutSlot
 from genai_constructs.monitoring import (
     InferenceAlarmThresholds,
     InferenceFleetAlarmFactory,
@@ -97,15 +98,20 @@ LAUNCH_HOOK_MARGIN = 1.5
 """The launch hook's heartbeat timeout is the modelled cold start (planner.startup) times 1.5: the boot script sends
 heartbeats while it works, so the timeout only matters when the script has died; then the instance is abandoned
 and replaced after at most one and a half cold starts."""
-DEREGISTRATION_DELAY = Duration.seconds(300)
-"""A draining instance keeps its streams for 5 minutes: a few thousand tokens at 20-50 ms each finish inside it."""
-IDLE_TIMEOUT = Duration.seconds(300)
-"""A non-streaming completion sends nothing until its last token; the ALB's 60 s default would cut long ones."""
-SERVER_KEEP_ALIVE = Duration.seconds(360)
+DRAIN_MARGIN = 1.2
+"""The drain covers the longest stream times 1.2: the p95 time per token is a target, and the slowest streams of a
+loaded instance run somewhat slower than it while they finish."""
+MIN_DRAIN = Duration.seconds(60)
+"""Never drain for less than a minute, however short the traffic's streams: a health-check round and a retry."""
+MAX_DEREGISTRATION_DELAY = Duration.seconds(3600)
+"""Elastic Load Balancing's upper bound for deregistration_delay.timeout_seconds (0-3600 s)."""
+MAX_IDLE_TIMEOUT = Duration.seconds(4000)
+"""Elastic Load Balancing's upper bound for idle_timeout.timeout_seconds (1-4000 s)."""
+KEEP_ALIVE_ABOVE_IDLE = Duration.seconds(60)
 """The instance's HTTP keep-alive (the request proxy's, and vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE behind it) must
 exceed the load balancer's idle timeout, or the ALB reuses a connection the target has just closed and answers 502
 (Elastic Load Balancing user guide, "Connection idle timeout": configure the application's idle timeout to be larger
-than the load balancer's). IDLE_TIMEOUT + 60 s."""
+than the load balancer's): the idle timeout + 60 s."""
 SCALE_OUT_EVALUATION_MINUTES = 3
 SCALE_OUT_DATAPOINTS = 2
 """Latency-driven scale-out after two bad minutes out of three: fast, but not on a single slow minute."""
@@ -179,6 +185,12 @@ SERVER_ARG_PLACEHOLDERS = ("model_dir", "served_model_name", "tensor_parallel_si
 PLAN_METADATA_KEY = "genai-constructs:plan"
 """Template metadata key on each Auto Scaling group: the plan figures the group was built from (JSON literals)."""
 BLUE, GREEN = "Blue", "Green"
+DEFAULT_ROLLOUT = RolloutPolicy()
+"""Blue/green by default whenever there are two slots: 5, 25, 50, 100 % with a 10-minute bake (fleets/rollout.py)."""
+ROLLOUT_READY_MARGIN = 2.0
+"""The rollout waits for the new slot's targets up to twice the modelled cold start (its instance refresh, then the
+launch through the warm pool and the launch hook): past that, something is wrong with the new version and traffic
+stays where it is."""
 _SDK_PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 """Construct id of CDK's singleton AwsCustomResource provider function (aws-cdk-lib custom-resources)."""
 
@@ -221,7 +233,12 @@ class GpuInferenceFleet(Construct):
     :param spot: Spot instances. Default: False; not allowed with a warm pool.
     :param latency_is_the_product: place the fleet in a cluster placement group (one AZ). Default: False.
     :param green_model_artifact: a second model version served by a second (green) target group.
-    :param green_traffic_percent: share of requests for the green target group, 0-100. Default: 0.
+    :param green_traffic_percent: with ``rollout=None`` only: a fixed share of requests for the green target
+        group, 0-100. Default: 0.
+    :param live_slot: with two slots, the slot that should serve every request ("Blue" or "Green"). Changing it
+        starts a blue/green rollout from the other slot (docs/rollouts.md). Default: "Blue".
+    :param rollout: how a new version takes traffic (steps, bake). Default: ``DEFAULT_ROLLOUT``; None keeps fixed
+        listener weights (``green_traffic_percent``) and no rollout machinery.
     :param health_check_grace_period: Default: ``HEALTH_CHECK_GRACE_AFTER_HOOK`` (the launch hook holds the
         instance until it serves, and the grace period starts after the hook).
     :param machine_image: pin an AMI. Default: the DLAMI from its public SSM parameter (see fleets/_launch.py).
@@ -258,6 +275,8 @@ class GpuInferenceFleet(Construct):
         latency_is_the_product: bool = False,
         green_model_artifact: ModelArtifact | None = None,
         green_traffic_percent: int = 0,
+        live_slot: str = BLUE,
+        rollout: RolloutPolicy | None = DEFAULT_ROLLOUT,
         health_check_grace_period: Duration | None = None,
         machine_image: ec2.IMachineImage | None = None,
         allow_from_vpc: bool = True,
@@ -273,6 +292,7 @@ class GpuInferenceFleet(Construct):
             health_check_path=health_check_path, certificate=certificate, allow_plain_http=allow_plain_http,
             warm_pool=warm_pool, spot=spot, latency_is_the_product=latency_is_the_product,
             green_model_artifact=green_model_artifact, green_traffic_percent=green_traffic_percent,
+            live_slot=live_slot, rollout=rollout,
             health_check_grace_period=health_check_grace_period, machine_image=machine_image,
             allow_from_vpc=allow_from_vpc, notifications_topic=notifications_topic,
             deletion_protection=deletion_protection, web_acl=web_acl)
@@ -285,7 +305,8 @@ class GpuInferenceFleet(Construct):
             image_tag=image_tag, server_port=server_port, health_check_path=health_check_path,
             certificate=certificate, allow_plain_http=allow_plain_http, warm_pool=warm_pool, spot=spot,
             green_model_artifact=green_model_artifact, green_traffic_percent=green_traffic_percent,
-            server_args=server_args, server_environment=server_environment, region=_region.stack_region(scope),
+            live_slot=live_slot, rollout=rollout, server_args=server_args, server_environment=server_environment,
+            region=_region.stack_region(scope),
         )
         super().__init__(scope, id)
         _region.warn_about_prices(self, plan_region=plan.region)
@@ -298,6 +319,8 @@ class GpuInferenceFleet(Construct):
                 and not Token.is_unresolved(self.max_instances)):
             self.max_instances = max(self.max_instances, self.min_instances + SCALE_OUT_ROOM)
         self.fleet_name = Names.unique_resource_name(self, max_length=64, separator="-")
+        self.drain: DrainTimes = drain_times(plan)
+        """The deregistration delay, ALB idle timeout and keep-alive, sized from the traffic (``drain_times``)."""
         accelerator: _launch.AcceleratorKind = "neuron" if plan.is_neuron else "nvidia"
 
         if latency_is_the_product:
@@ -355,7 +378,7 @@ class GpuInferenceFleet(Construct):
         # ---- Load balancer and listener ------------------------------------------------------------------------
         self.load_balancer = elbv2.ApplicationLoadBalancer(
             self, "LoadBalancer", vpc=network.vpc, vpc_subnets=network.subnet_selection, internet_facing=False,
-            security_group=self.load_balancer_security_group, idle_timeout=IDLE_TIMEOUT,
+            security_group=self.load_balancer_security_group, idle_timeout=self.drain.idle_timeout,
             drop_invalid_header_fields=True, deletion_protection=deletion_protection)
         load_balancer_findings: dict[str, str] = {}
         if not deletion_protection:
@@ -406,6 +429,9 @@ class GpuInferenceFleet(Construct):
         subnets = (ec2.SubnetSelection(subnets=network.subnets[:1]) if latency_is_the_product
                    else network.subnet_selection)
 
+        self.rollout_policy: RolloutPolicy | None = rollout if green_model_artifact is not None else None
+        """The blue/green rollout policy, when there are two slots and a rollout (else None)."""
+        self.live_slot = live_slot
         self.slots: list[_Slot] = []
         versions: list[tuple[str, ModelArtifact]] = [(BLUE, model_artifact)]
         if green_model_artifact is not None:
@@ -425,7 +451,15 @@ class GpuInferenceFleet(Construct):
         self.green_auto_scaling_group = self.slots[1].auto_scaling_group if len(self.slots) > 1 else None
         self.green_target_group = self.slots[1].target_group if len(self.slots) > 1 else None
 
-        if self.green_target_group is not None:
+        if self.green_target_group is not None and self.rollout_policy is not None:
+            # The template's weights are where the first deploy starts (every request on blue) and never depend on
+            # live_slot: a template change to them would move all traffic at once, in the middle of CloudFormation's
+            # update. After the first deploy the rollout state machine owns the weights.
+            action = elbv2.ListenerAction.weighted_forward([
+                elbv2.WeightedTargetGroup(target_group=blue.target_group, weight=100),
+                elbv2.WeightedTargetGroup(target_group=self.green_target_group, weight=0),
+            ])
+        elif self.green_target_group is not None:
             action = elbv2.ListenerAction.weighted_forward([
                 elbv2.WeightedTargetGroup(target_group=blue.target_group, weight=100 - green_traffic_percent),
                 elbv2.WeightedTargetGroup(target_group=self.green_target_group, weight=green_traffic_percent),
@@ -461,6 +495,22 @@ class GpuInferenceFleet(Construct):
                 gpu_underused_percent=None if plan.is_neuron else InferenceAlarmThresholds.gpu_underused_percent,
                 min_instances=self.min_instances if not Token.is_unresolved(self.min_instances) else 2,
             ))
+        alarm_factory = InferenceFleetAlarmFactory(self, metrics=self.metrics, topic=self.topic)
+        self.slot_alarms: dict[str, dict[str, cw.Alarm]] = {
+            slot.name: alarm_factory.create_slot(
+                slot.name, model_version=slot.artifact.version, target_group=slot.target_group,
+                p95_time_to_first_token=Duration.millis(traffic.p95_ttft_ms),
+                p95_time_per_output_token=Duration.millis(traffic.tpot_target_ms))
+            for slot in self.slots}
+        """Each slot's own alarms (p95 TTFT and TPOT against the targets, its 5XX rate, unhealthy hosts): what a
+        rollout bakes against and what an instance refresh of the slot rolls back on."""
+        for slot in self.slots:
+            self._instance_refresh(slot.auto_scaling_group, slot.launch_template, grace,
+                                   "" if slot.name == BLUE else slot.name,
+                                   alarm_names=[a.alarm_name for a in self.slot_alarms[slot.name].values()])
+        self.rollout: BlueGreenRollout | None = None
+        if self.rollout_policy is not None:
+            self.rollout = self._blue_green_rollout(self.rollout_policy)
         self.dashboard = cw.Dashboard(self, "Dashboard", widgets=inference_fleet_segment(
             self.metrics, title=f"{_NAME} {self.node.path}: {model.name} on {plan.instance_type}",
             ttft_target_ms=traffic.p95_ttft_ms, tpot_target_ms=traffic.tpot_target_ms,
@@ -544,8 +594,8 @@ class GpuInferenceFleet(Construct):
             region=Aws.REGION, metric_namespace=METRIC_NAMESPACE, fleet_name=fleet,
             log_group_name=self.log_group.log_group_name, cloudwatch_agent_config=agent_config,
             fetch_timeout_s=int(FETCH_TIMEOUT.to_seconds()), server_environment=self.server_environment,
-            upstream_port=DEFAULT_UPSTREAM_PORT, keep_alive_s=int(SERVER_KEEP_ALIVE.to_seconds()),
-            drain_s=int(DEREGISTRATION_DELAY.to_seconds()), max_model_len=plan.server.max_model_len,
+            upstream_port=DEFAULT_UPSTREAM_PORT, keep_alive_s=int(self.drain.server_keep_alive.to_seconds()),
+            drain_s=int(self.drain.deregistration_delay.to_seconds()), max_model_len=plan.server.max_model_len,
             gpu_memory_utilization=plan.server.gpu_memory_utilization, kv_cache_dtype=plan.server.kv_cache_dtype,
             lifecycle_hook_name=_launch.LAUNCH_HOOK_NAME, auto_scaling_group_name=self._group_names[name],
             lifecycle_heartbeat_s=self.launch_hook_heartbeat_s,
@@ -561,7 +611,10 @@ class GpuInferenceFleet(Construct):
         group = autoscaling.AutoScalingGroup(
             self, f"AutoScalingGroup{suffix}", vpc=self.network.vpc, vpc_subnets=subnets,
             auto_scaling_group_name=self._group_names[name],
-            launch_template=launch_template, min_capacity=self.min_instances, max_capacity=self.max_instances,
+            launch_template=launch_template, max_capacity=self.max_instances,
+            # With a rollout the green slot is created idle, at zero: the rollout state machine sizes both slots
+            # from then on (a rollout brings the new slot up to the old one's capacity, then scales the old to zero).
+            min_capacity=0 if name == GREEN and self.rollout_policy is not None else self.min_instances,
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB], grace_period=grace),
             default_instance_warmup=INSTANCE_WARMUP,
@@ -583,14 +636,13 @@ class GpuInferenceFleet(Construct):
         target_group = elbv2.ApplicationTargetGroup(
             self, f"TargetGroup{suffix}", vpc=self.network.vpc, port=server_port,
             protocol=elbv2.ApplicationProtocol.HTTP, target_type=elbv2.TargetType.INSTANCE,
-            deregistration_delay=DEREGISTRATION_DELAY,
+            deregistration_delay=self.drain.deregistration_delay,
             load_balancing_algorithm_type=elbv2.TargetGroupLoadBalancingAlgorithmType.LEAST_OUTSTANDING_REQUESTS,
             health_check=elbv2.HealthCheck(
                 path=health_check_path, port=str(DEFAULT_HEALTH_PORT), protocol=elbv2.Protocol.HTTP,
                 healthy_http_codes="200", interval=HEALTH_CHECK_INTERVAL, timeout=HEALTH_CHECK_TIMEOUT,
                 healthy_threshold_count=HEALTHY_THRESHOLD, unhealthy_threshold_count=UNHEALTHY_THRESHOLD))
         target_group.add_target(group)
-        self._instance_refresh(group, launch_template, grace, suffix)
         cast(autoscaling.CfnAutoScalingGroup, group.node.default_child).add_metadata(
             PLAN_METADATA_KEY, self._plan_metadata(plan, artifact, warm_pool))
         return _Slot(name=name, artifact=artifact, auto_scaling_group=group, target_group=target_group,
@@ -744,24 +796,41 @@ class GpuInferenceFleet(Construct):
             iam.PolicyStatement(actions=["autoscaling:SuspendProcesses"], resources=[self._group_arn(group)])])
 
     def _instance_refresh(self, group: autoscaling.AutoScalingGroup, launch_template: ec2.LaunchTemplate,
-                          warmup: Duration, suffix: str) -> None:
+                          warmup: Duration, suffix: str, *, alarm_names: Sequence[str]) -> None:
         """Roll the group through an instance refresh whenever its launch template gets a new version.
 
-        A new model version changes the user data, hence the launch template; CloudFormation points the group at the
-        new version without touching running instances, and this SDK call (re-run because the version number it
-        carries changed) starts the refresh: new instances first (min healthy 100 %), checkpoints at 50 and 100 %.
+        What is not a model version on a blue/green fleet (an AMI, the agent configuration, server flags), and every
+        change of a one-slot fleet, changes the user data or the image, hence the launch template; CloudFormation
+        points the group at the new version without touching running instances, and this SDK call (re-run because
+        the version number it carries changed) starts the refresh: new instances first (min healthy 100 %),
+        checkpoints at 50 and 100 %, and the slot's own alarms as the rollback condition: with ``AutoRollback`` and an
+        ``AlarmSpecification``, Auto Scaling rolls the group back to the previous launch template version when any
+        of them goes to ALARM during the refresh (EC2 Auto Scaling user guide, "Undo changes with a rollback" and
+        "Use an alarm to start a rollback"; StartInstanceRefresh API reference, ``RefreshPreferences``). An instance
+        replaced is first deregistered from the target group and waits the deregistration delay (sized from the
+        traffic's longest stream, ``drain_times``) before it terminates, so its streams finish (EC2 Auto Scaling user
+        guide, "Instance refresh": "the instance is deregistered from the load balancer ... waits for the
+        deregistration delay"; ELB user guide, "Deregistration delay").
         """
-        preferences = {
+        preferences: dict[str, object] = {
             "MinHealthyPercentage": INSTANCE_REFRESH_MIN_HEALTHY_PERCENT,
             "MaxHealthyPercentage": INSTANCE_REFRESH_MAX_HEALTHY_PERCENT,
             "InstanceWarmup": int(warmup.to_seconds()),
             "CheckpointPercentages": list(INSTANCE_REFRESH_CHECKPOINTS),
             "CheckpointDelay": int(INSTANCE_REFRESH_CHECKPOINT_DELAY.to_seconds()),
             "SkipMatching": True,
+            "AutoRollback": True,
+            "AlarmSpecification": {"Alarms": list(alarm_names)},
         }
         call = cr.AwsSdkCall(
             service="AutoScaling", action="startInstanceRefresh",
+            # A rollback needs a desired configuration naming a launch template version, not $Latest or $Default
+            # (EC2 Auto Scaling API reference, RollbackInstanceRefresh: "A rollback is not supported ... no desired
+            # configuration specified"); the group's own version number is exactly what CloudFormation just set.
             parameters={"AutoScalingGroupName": group.auto_scaling_group_name, "Strategy": "Rolling",
+                        "DesiredConfiguration": {"LaunchTemplate": {
+                            "LaunchTemplateId": launch_template.launch_template_id,
+                            "Version": launch_template.latest_version_number}},
                         "Preferences": preferences},
             # The launch template's version is part of the call, so a new version changes this resource's
             # properties and CloudFormation runs on_update again.
@@ -780,11 +849,25 @@ class GpuInferenceFleet(Construct):
             statements=[
                 iam.PolicyStatement(actions=["autoscaling:StartInstanceRefresh"], resources=[self._group_arn(group)]),
                 iam.PolicyStatement(actions=["autoscaling:DescribeInstanceRefreshes"], resources=["*"]),
+                # Naming a launch template in a request makes Auto Scaling check that the caller may launch from it
+                # (EC2 Auto Scaling user guide, "Launch template support" and "Control the use of launch templates
+                # in Auto Scaling groups"): RunInstances only through this template, PassRole only of its role.
+                iam.PolicyStatement(
+                    actions=["ec2:RunInstances"], resources=["*"],
+                    conditions={"ArnLike": {"ec2:LaunchTemplate": (
+                        f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:launch-template/"
+                        f"{launch_template.launch_template_id}")},
+                        "Bool": {"ec2:IsLaunchTemplateResource": "true"}}),
+                iam.PolicyStatement(actions=["iam:PassRole"], resources=[self.role.role_arn],
+                                    conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}),
             ],
             wildcard_reason="autoscaling:DescribeInstanceRefreshes (the no-op when the group is created) has no "
-                            "resource-level permissions")
+                            "resource-level permissions; ec2:RunInstances is limited by condition to launches "
+                            "through this group's launch template (the check Auto Scaling makes when a request "
+                            "names one), since its other resources (instance, volume, interface) have no ARN "
+                            "before launch")
 
-    def _sdk_call(self, id: str, group: autoscaling.AutoScalingGroup, *, on_create: cr.AwsSdkCall | None = None,
+    def _sdk_call(self, id: str, group: autoscaling.AutoScalingGroup | None, *, on_create: cr.AwsSdkCall | None = None,
                   on_update: cr.AwsSdkCall | None = None, statements: list[iam.PolicyStatement],
                   wildcard_reason: str | None = None) -> cr.AwsCustomResource:
         """An AWS SDK call at deploy time whose permissions are a customer-managed policy, not an inline one.
@@ -808,16 +891,54 @@ class GpuInferenceFleet(Construct):
         policy = iam.ManagedPolicy(self, f"{id}Policy", statements=statements, roles=[role],
                                    description=f"{_NAME} {self.node.path}: the {id} SDK call")
         resource.node.add_dependency(policy)
-        group_ref = Stack.of(self).resolve(group.auto_scaling_group_name)["Ref"]
-        policy_findings = {
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
-            f"autoScalingGroup:*:autoScalingGroupName/<{group_ref}>]":
-                "An Auto Scaling group ARN embeds a UUID CloudFormation does not return; the group name pins it"}
+        policy_findings: dict[str, str] = {}
+        if group is not None:
+            group_ref = Stack.of(self).resolve(group.auto_scaling_group_name)["Ref"]
+            policy_findings[
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:"
+                f"autoScalingGroup:*:autoScalingGroupName/<{group_ref}>]"] = (
+                "An Auto Scaling group ARN embeds a UUID CloudFormation does not return; the group name pins it")
         if wildcard_reason:
             policy_findings["AwsSolutions-IAM5[Resource::*]"] = wildcard_reason
         _launch.acknowledge(policy, policy_findings)
         _acknowledge_sdk_provider(provider)
         return resource
+
+    def _blue_green_rollout(self, policy: RolloutPolicy) -> BlueGreenRollout:
+        """The rollout state machine, and the deploy-time trigger that starts it towards ``live_slot``.
+
+        The trigger is an SDK call (``StartExecution``) whose properties are the live slot, its version and its
+        launch template version: CloudFormation re-runs it (on_update) only when one of those changes, i.e. when a
+        deploy names a new live slot or changes what it runs. A trigger that finds the other slot already at zero
+        (the first deploy, a redeploy after a finished rollout) ends without moving traffic (``AnythingToRollFrom``).
+        """
+        rollout_slots = tuple(
+            RolloutSlot(name=slot.name, version=slot.artifact.version,
+                        group_name=slot.auto_scaling_group.auto_scaling_group_name,
+                        target_group_arn=slot.target_group.target_group_arn,
+                        alarm_names=tuple(a.alarm_name for a in self.slot_alarms[slot.name].values()),
+                        alarm_arns=tuple(a.alarm_arn for a in self.slot_alarms[slot.name].values()))
+            for slot in self.slots)
+        blue, green = rollout_slots
+        ready_timeout_s = math.ceil(self.time_to_serving["cold"].total_s * ROLLOUT_READY_MARGIN
+                                    + self.health_check_grace_period.to_seconds())
+        rollout = BlueGreenRollout(
+            self, "Rollout", policy=policy, state_machine_name=f"{self.fleet_name[:71]}-rollout",
+            listener_arn=self.listener.listener_arn, slots=(blue, green), topic_arn=self.topic.topic_arn,
+            min_instances=self.min_instances, ready_timeout_s=ready_timeout_s, encryption_key=self.encryption_key)
+        new, old = (green, blue) if self.live_slot == GREEN else (blue, green)
+        live = self.slots[1] if self.live_slot == GREEN else self.slots[0]
+        start = cr.AwsSdkCall(
+            service="SFN", action="startExecution",
+            parameters={"stateMachineArn": rollout.state_machine_arn, "input": rollout.execution_input(old, new)},
+            physical_resource_id=cr.PhysicalResourceId.of(
+                f"Rollout-{self.live_slot}-{live.artifact.version}-{live.launch_template.latest_version_number}"))
+        trigger = self._sdk_call("StartRollout", None, on_create=start, on_update=start, statements=[
+            iam.PolicyStatement(actions=["states:StartExecution"], resources=[rollout.state_machine_arn])])
+        # The state machine must exist (the call names it by a constructed ARN, not a Ref); the listener and the
+        # groups it will change are already dependencies through the Refs in the input.
+        trigger.node.add_dependency(rollout.state_machine)
+        return rollout
 
     def _new_sdk_provider_role(self) -> tuple[iam.Role, logs.LogGroup]:
         """A role for CDK's SDK provider function with one customer-managed policy: write its own log group."""
@@ -857,6 +978,42 @@ class GpuInferenceFleet(Construct):
         if self.plan.usd_per_hour is None:
             return None
         return self.metrics.metric_usd_per_million_tokens(self.plan.usd_per_hour)
+
+
+@dataclass(frozen=True)
+class DrainTimes:
+    """How long a stream may last, and the load balancer settings sized from it (``drain_times``)."""
+
+    longest_stream_s: float
+    deregistration_delay: Duration
+    idle_timeout: Duration
+    server_keep_alive: Duration
+
+
+def drain_times(plan: InferencePlan) -> DrainTimes:
+    """The deregistration delay, the ALB idle timeout and the instances' keep-alive, sized from the traffic.
+
+    The longest stream the traffic allows is one that fills the server's ``--max-model-len`` (the plan's
+    ``max_model_len``: the server refuses anything longer) with output at the p95 time per token, after a p95 first
+    token. A draining target keeps its in-flight requests for the deregistration delay and is then cut off (Elastic
+    Load Balancing user guide, "Deregistration delay"); Auto Scaling deregisters an instance from its target groups and
+    waits for that delay before terminating it, on scale-in and on an instance refresh alike (EC2 Auto Scaling user
+    guide, "Add Elastic Load Balancing health checks" and "Instance refresh": instances are deregistered and drained
+    before termination). So the delay is that stream times ``DRAIN_MARGIN``, at least ``MIN_DRAIN``, at most
+    ELB's 3600 s.
+
+    The idle timeout is the same span: a non-streaming completion sends no byte until its last token, and the ALB
+    closes a connection idle for longer than the timeout (ELB user guide, "Connection idle timeout"); a streaming one
+    sends a token every p95 TPOT, far inside it. The keep-alive is the idle timeout + ``KEEP_ALIVE_ABOVE_IDLE``.
+    """
+    traffic = plan.traffic
+    longest_s = (traffic.p95_ttft_ms + plan.server.max_model_len * traffic.tpot_target_ms) / 1000.0
+    drain_s = max(MIN_DRAIN.to_seconds(), math.ceil(longest_s * DRAIN_MARGIN))
+    delay_s = min(drain_s, MAX_DEREGISTRATION_DELAY.to_seconds())
+    idle_s = min(drain_s, MAX_IDLE_TIMEOUT.to_seconds())
+    return DrainTimes(longest_stream_s=longest_s, deregistration_delay=Duration.seconds(delay_s),
+                      idle_timeout=Duration.seconds(idle_s),
+                      server_keep_alive=Duration.seconds(idle_s + KEEP_ALIVE_ABOVE_IDLE.to_seconds()))
 
 
 def _acknowledge_sdk_provider(provider: IConstruct) -> None:
@@ -950,7 +1107,7 @@ def _validate(
     min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
     image_tag: str | None, server_port: int, health_check_path: str, certificate: acm.ICertificate | None,
     allow_plain_http: bool | None, warm_pool: bool, spot: bool, green_model_artifact: ModelArtifact | None,
-    green_traffic_percent: int, server_args: Sequence[str] | None, server_environment: Mapping[str, str] | None,
+    green_traffic_percent: int, live_slot: str, rollout: RolloutPolicy | None, server_args: Sequence[str] | None, server_environment: Mapping[str, str] | None,
     region: str | None, problems: list[str], bad: set[str],
 ) -> InferencePlan:
     """Check every argument, gather every problem, raise once; return the plan (planned in the stack's ``region``
@@ -993,7 +1150,8 @@ def _validate(
             problems.append(str(error))
 
     if bad & {"spot", "warm_pool", "allow_plain_http", "min_instances", "max_instances", "server_port",
-               "health_check_path", "image_tag", "green_traffic_percent", "model_artifact", "green_model_artifact"}:
+               "health_check_path", "image_tag", "green_traffic_percent", "model_artifact", "green_model_artifact",
+               "live_slot", "rollout"}:
         if problems:
             raise ConfigurationError(_NAME, problems)
     if spot and warm_pool:
@@ -1050,6 +1208,18 @@ def _validate(
     if green_traffic_percent and green_model_artifact is None:
         problems.append(f"green_traffic_percent ({green_traffic_percent}) without green_model_artifact: name the "
                         "version the green target group serves")
+    if green_traffic_percent and green_model_artifact is not None and rollout is not None:
+        problems.append(f"green_traffic_percent ({green_traffic_percent}) with a rollout: the rollout owns the "
+                        "listener's weights; choose the serving slot with live_slot='Green', or pass rollout=None for "
+                        "fixed weights")
+    if live_slot not in (BLUE, GREEN):
+        problems.append(f"live_slot ({live_slot!r}) must be {BLUE!r} or {GREEN!r}: the slot that serves every request "
+                        "once the rollout has finished")
+    elif live_slot == GREEN and green_model_artifact is None:
+        problems.append(f"live_slot ({GREEN!r}) without green_model_artifact: name the version the green slot serves")
+    elif live_slot == GREEN and rollout is None:
+        problems.append(f"live_slot ({GREEN!r}) with rollout=None: without a rollout the weights are "
+                        "green_traffic_percent; pass green_traffic_percent=100, or keep the default rollout")
     if green_model_artifact is not None and green_model_artifact.version == model_artifact.version:
         problems.append(f"green_model_artifact.version ({green_model_artifact.version!r}) equals "
                         "model_artifact.version: blue/green needs two different versions")
@@ -1065,7 +1235,7 @@ def _argument_types(
     image_tag: object, server_entrypoint: object, server_args: object, server_port: object,
     server_environment: object, health_check_path: object, certificate: object, allow_plain_http: object,
     warm_pool: object, spot: object, latency_is_the_product: object, green_model_artifact: object,
-    green_traffic_percent: object, health_check_grace_period: object, machine_image: object, allow_from_vpc: object,
+    green_traffic_percent: object, live_slot: object, rollout: object, health_check_grace_period: object, machine_image: object, allow_from_vpc: object,
     notifications_topic: object, deletion_protection: object, web_acl: object,
 ) -> tuple[list[str], set[str]]:
     """Every argument's type and finiteness, before anything uses it: (problems, the arguments that failed)."""
@@ -1103,6 +1273,10 @@ def _argument_types(
     record("green_traffic_percent", checks.whole_number(
         problems, "green_traffic_percent", green_traffic_percent, minimum=None,
         fix="the share of requests for the green version, e.g. 10"))
+    record("live_slot", checks.text(problems, "live_slot", live_slot, fix=f"{BLUE!r} or {GREEN!r}"))
+    record("rollout", checks.instance_of(
+        problems, "rollout", rollout, RolloutPolicy, optional=True, allowed="a RolloutPolicy or None",
+        fix="e.g. rollout=RolloutPolicy(steps=(5, 25, 50, 100), bake=Duration.minutes(10))"))
     record("server_port", checks.whole_number(problems, "server_port", server_port, minimum=1, maximum=65535,
                                               fix=f"the model server's own port, e.g. {DEFAULT_SERVER_PORT}"))
     record("image_repository", checks.cdk_interface(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -31,6 +32,12 @@ server's pool (a second process, a leak, fragmentation) is taking memory and the
 EVALUATION_PERIODS = 5
 DATAPOINTS_TO_ALARM = 3
 """Three bad minutes out of five: quicker than a human would notice, slower than one noisy minute."""
+SLOT_EVALUATION_PERIODS = 3
+SLOT_DATAPOINTS_TO_ALARM = 2
+"""A slot's own alarms, which stop a rollout or an instance refresh: two bad minutes out of three. Quicker than the
+fleet's paging alarms (a bad version should lose its traffic before most users notice), still not one noisy minute;
+at the 5 % step the new slot's p95 is computed from every request it served in the minute (CloudWatch percentiles
+over the per-request values), so it is not noisier than the fleet's."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,40 @@ class InferenceFleetAlarmFactory:
         alarm.add_alarm_action(self.action)
         alarm.add_ok_action(self.action)
         return alarm
+
+    def create_slot(self, slot: str, *, model_version: str, target_group: elbv2.ApplicationTargetGroup,
+                    p95_time_to_first_token: Duration, p95_time_per_output_token: Duration,
+                    http_5xx_rate_percent: float = HTTP_5XX_RATE_PERCENT, unhealthy_hosts: int = 1,
+                    ) -> dict[str, cw.Alarm]:
+        """One slot's own alarms, judged on its version's requests only (the ``ModelVersion`` dimension) and its own
+        target group: p95 TTFT and p95 TPOT above the traffic's targets, its targets' 5XX rate, unhealthy hosts.
+
+        These are what a blue/green rollout bakes against and what an instance refresh rolls back on. They notify
+        the topic too, on ALARM and OK. Missing data is not breaching: a slot at zero instances serves nothing.
+        """
+        ttft_ms = p95_time_to_first_token.to_milliseconds()
+        tpot_ms = p95_time_per_output_token.to_milliseconds()
+
+        def alarm(id: str, metric: cw.IMetric, threshold: float, description: str,
+                  comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_THRESHOLD) -> cw.Alarm:
+            return self._alarm(f"{slot}{id}", metric, threshold, f"Slot {slot} ({model_version}): {description}",
+                               comparison, evaluation_periods=SLOT_EVALUATION_PERIODS,
+                               datapoints_to_alarm=SLOT_DATAPOINTS_TO_ALARM)
+
+        return {
+            "p95_ttft": alarm("P95TimeToFirstTokenAlarm",
+                              self.metrics.metric_time_to_first_token("p95", model_version=model_version), ttft_ms,
+                              f"p95 time to first token above the {ttft_ms:g} ms target"),
+            "p95_tpot": alarm("P95TimePerOutputTokenAlarm",
+                              self.metrics.metric_time_per_output_token("p95", model_version=model_version), tpot_ms,
+                              f"p95 time per output token above the {tpot_ms:g} ms target"),
+            "http_5xx_rate": alarm("Http5xxRateAlarm", self.metrics.metric_target_group_5xx_rate(target_group),
+                                   http_5xx_rate_percent,
+                                   f"more than {http_5xx_rate_percent:g} % of its requests answered 5XX"),
+            "unhealthy_hosts": alarm("UnhealthyHostsAlarm", self.metrics.metric_unhealthy_host_count(target_group),
+                                     unhealthy_hosts, f"{unhealthy_hosts} or more of its targets unhealthy",
+                                     cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD),
+        }
 
     def create(self, thresholds: InferenceAlarmThresholds) -> dict[str, cw.Alarm]:
         """Every alarm, keyed by a short name: p99 TTFT and TPOT, 5XX rate, unhealthy hosts per target group, GPU

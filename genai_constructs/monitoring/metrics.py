@@ -112,6 +112,18 @@ class InferenceFleetMetricFactory:
             period=DEFAULT_PERIOD,
         )
 
+    def metric_target_group_5xx_rate(self, target_group: elbv2.ApplicationTargetGroup) -> cw.MathExpression:
+        """Percent of one target group's requests its targets answered 5XX: one slot's own error rate (the load
+        balancer's own 5XX carry no target group, so a blue/green rollout judges a slot by its targets' answers)."""
+        return cw.MathExpression(
+            expression="100 * FILL(target5xx, 0) / requests",
+            using_metrics={
+                "target5xx": target_group.metrics.http_code_target(
+                    elbv2.HttpCodeTarget.TARGET_5XX_COUNT, period=DEFAULT_PERIOD, statistic="Sum"),
+                "requests": target_group.metrics.request_count(period=DEFAULT_PERIOD, statistic="Sum"),
+            },
+            label="Target 5XX rate (%)", period=DEFAULT_PERIOD)
+
     def metric_healthy_host_count(self, target_group: elbv2.ApplicationTargetGroup) -> cw.Metric:
         return target_group.metrics.healthy_host_count(period=DEFAULT_PERIOD, statistic="Minimum")
 

@@ -2,7 +2,7 @@
 
 Variants:
 - ``chat8b``: the simplest call for an 8B chat (G family) with plain HTTP opted in, cdk-nag AwsSolutions.
-- ``chat70b``: a 70B chat (P family, 8 GPUs) over HTTPS, blue/green at 10 %, cluster placement group, a KMS-encrypted
+- ``chat70b``: a 70B chat (P family, 8 GPUs) over HTTPS, blue/green rolling out to green, cluster placement group, a KMS-encrypted
   artifact, in a stack with a region, cdk-nag AwsSolutions, NIST 800-53 R5 and HIPAA Security.
 - ``neuron8b``: an 8B chat on inf2 with its own image and no warm pool, cdk-nag AwsSolutions.
 """
@@ -83,7 +83,7 @@ def chat70b() -> Synth:
             stack, "Chat", network=PrivateDataPath(stack, "Net"), model=ModelShape.preset("llama-3.1-70b"),
             traffic=TRAFFIC_70B, model_artifact=ARTIFACT_70B,
             certificate=acm.Certificate.from_certificate_arn(stack, "Cert", CERT_ARN),
-            green_model_artifact=GREEN_70B, green_traffic_percent=10, latency_is_the_product=True)
+            green_model_artifact=GREEN_70B, live_slot="Green", latency_is_the_product=True)
     return _synth(make, packs=("AwsSolutions", "NIST.800.53.R5", "HIPAA.Security"))
 
 
@@ -139,7 +139,9 @@ def test_neuron_fleet_uses_the_neuron_dlami_its_own_image_and_no_gpu_alarm(neuro
     script = user_data_of(neuron8b, "ChatLaunchTemplate")
     assert "readonly ACCELERATOR_KIND=neuron" in script
     assert "/vllm-neuron:0.9-neuron" in script
+    # The fleet's alarms, then the blue slot's own (what its instance refresh rolls back on): none on GPU metrics.
     assert sorted(k.split("Alarm")[0].removeprefix("Chat") for k in _topic_alarms(neuron8b)) == [
+        "BlueHttp5xxRate", "BlueP95TimePerOutputToken", "BlueP95TimeToFirstToken", "BlueUnhealthyHosts",
         "Http5xxRate", "P99TimePerOutputToken", "P99TimeToFirstToken", "UnhealthyHosts"]
 
 
@@ -301,7 +303,7 @@ def test_keep_alive_on_the_instance_outlasts_the_load_balancers_idle_timeout(cha
                   chat8b.only("AWS::ElasticLoadBalancingV2::LoadBalancer")["LoadBalancerAttributes"]}
     script = user_data_of(chat8b, "ChatLaunchTemplate")
     keep_alive = int(script.split("readonly KEEP_ALIVE_S=")[1].split("\n")[0])
-    assert keep_alive > int(attributes["idle_timeout.timeout_seconds"]) == 300
+    assert keep_alive > int(attributes["idle_timeout.timeout_seconds"]) == chat8b.fleet.drain.idle_timeout.to_seconds()
 
 
 # ---- 4. Auto Scaling group ------------------------------------------------------------------------------------
@@ -430,7 +432,7 @@ def test_load_balancer_is_internal_with_a_streaming_idle_timeout(chat8b: Synth) 
     chat8b.template.has_resource_properties("AWS::ElasticLoadBalancingV2::LoadBalancer", {
         "Scheme": "internal",
         "LoadBalancerAttributes": Match.array_with([
-            {"Key": "idle_timeout.timeout_seconds", "Value": "300"},
+            {"Key": "idle_timeout.timeout_seconds", "Value": str(int(chat8b.fleet.drain.idle_timeout.to_seconds()))},
             {"Key": "access_logs.s3.enabled", "Value": "true"}]),
     })
 
@@ -445,7 +447,8 @@ def test_access_logs_go_to_an_sse_s3_bucket(chat8b: Synth) -> None:
 def test_deregistration_delay_lets_a_stream_finish(chat8b: Synth) -> None:
     chat8b.template.has_resource_properties("AWS::ElasticLoadBalancingV2::TargetGroup", {
         "TargetGroupAttributes": Match.array_with([
-            {"Key": "deregistration_delay.timeout_seconds", "Value": "300"},
+            {"Key": "deregistration_delay.timeout_seconds",
+             "Value": str(int(chat8b.fleet.drain.deregistration_delay.to_seconds()))},
             {"Key": "load_balancing.algorithm.type", "Value": "least_outstanding_requests"}])})
 
 
@@ -479,16 +482,60 @@ def test_a_new_launch_template_version_starts_an_instance_refresh(chat8b: Synth)
     assert "LatestVersionNumber" in update  # a new version changes the call, so CloudFormation runs it again
 
 
+def test_an_instance_refresh_rolls_back_on_the_slots_own_alarms(chat8b: Synth) -> None:
+    (refresh,) = [r["Properties"] for k, r in resources_of_type(chat8b.raw, "Custom::AWS").items()
+                  if k.startswith("ChatInstanceRefresh")]
+    update = json.dumps(refresh["Update"])
+    assert '\\"AutoRollback\\":true' in update
+    alarm_ids = [k for k in resources_of_type(chat8b.raw, "AWS::CloudWatch::Alarm") if k.startswith("ChatBlue")]
+    assert len(alarm_ids) == 4 and all(f'"Ref": "{k}"' in update for k in alarm_ids)
+
+
+def test_drain_covers_the_longest_stream_the_traffic_allows(chat8b: Synth) -> None:
+    fleet = chat8b.fleet
+    longest = (TRAFFIC_8B.p95_ttft_ms + fleet.plan.server.max_model_len * TRAFFIC_8B.tpot_target_ms) / 1000
+    assert fleet.drain.longest_stream_s == longest
+    assert fleet.drain.deregistration_delay.to_seconds() == math.ceil(longest * fleet_module.DRAIN_MARGIN)
+    assert fleet.drain.idle_timeout.to_seconds() == fleet.drain.deregistration_delay.to_seconds()
+    assert fleet.drain.server_keep_alive.to_seconds() == fleet.drain.idle_timeout.to_seconds() + 60
+    script = user_data_of(chat8b, "ChatLaunchTemplate")
+    assert f"readonly DRAIN_S={int(fleet.drain.deregistration_delay.to_seconds())}" in script
+
+
+def test_blue_green_rollout_state_machine_is_deployed_with_the_stack(chat70b: Synth) -> None:
+    from genai_constructs.fleets.rollout import rollout_definition
+
+    fleet = chat70b.fleet
+    assert fleet.rollout is not None and fleet.rollout_policy is not None
+    machine = chat70b.only("AWS::StepFunctions::StateMachine")
+    assert json.loads(machine["DefinitionString"]) == rollout_definition(
+        fleet.rollout_policy, ready_timeout_s=fleet.rollout.definition["States"]["NewSlotReady"]["Choices"][1][
+            "NumericGreaterThanEquals"])
+    assert machine["LoggingConfiguration"]["Level"] == "ALL" and machine["TracingConfiguration"]["Enabled"]
+    role = chat70b.raw["Resources"][machine["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    assert "Policies" not in role and len(role["ManagedPolicyArns"]) == 1
+    # The green slot is created idle; the trigger starts the rollout towards live_slot.
+    groups = {k: g["Properties"] for k, g in resources_of_type(chat70b.raw, "AWS::AutoScaling::AutoScalingGroup")
+              .items()}
+    assert sorted(g["MinSize"] for g in groups.values()) == ["0", str(fleet.min_instances)]
+    (trigger,) = [r["Properties"] for k, r in resources_of_type(chat70b.raw, "Custom::AWS").items()
+                  if k.startswith("ChatStartRollout")]
+    update = json.dumps(trigger["Update"])
+    assert "startExecution" in update and "Rollout-Green-2024-09-" in update and "ChatGreenP95TimeToFirstToken" in update
+
+
 def test_the_model_version_is_in_the_user_data(chat70b: Synth) -> None:
     assert "readonly MODEL_VERSION=2024-07" in user_data_of(chat70b, "ChatLaunchTemplate")
     assert "readonly MODEL_VERSION=2024-09" in user_data_of(chat70b, "ChatLaunchTemplateGreen")
 
 
 def test_blue_green_weights_two_target_groups_behind_one_listener(chat70b: Synth) -> None:
+    # With a rollout the template's weights never follow live_slot (every request on blue when first created):
+    # the rollout state machine moves them, so a deploy that names a new live slot moves nothing by itself.
     listener = chat70b.only("AWS::ElasticLoadBalancingV2::Listener")
     (action,) = listener["DefaultActions"]
     groups = action["ForwardConfig"]["TargetGroups"]
-    assert sorted(g["Weight"] for g in groups) == [10, 90]
+    assert [g["Weight"] for g in groups] == [100, 0]
     refs = {g["TargetGroupArn"]["Ref"] for g in groups}
     assert len(refs) == 2
     assert len(resources_of_type(chat70b.raw, "AWS::AutoScaling::AutoScalingGroup")) == 2
@@ -589,11 +636,22 @@ def _topic_alarms(synth: Synth) -> dict[str, dict[str, Any]]:
             if {"Ref": topic} in a["Properties"].get("AlarmActions", [])}
 
 
-def test_six_alarms_notify_the_topic(chat8b: Synth) -> None:
+def test_six_fleet_alarms_and_four_slot_alarms_notify_the_topic(chat8b: Synth) -> None:
     alarms = _topic_alarms(chat8b)
     assert sorted(k.split("Alarm")[0].removeprefix("Chat") for k in alarms) == [
+        "BlueHttp5xxRate", "BlueP95TimePerOutputToken", "BlueP95TimeToFirstToken", "BlueUnhealthyHosts",
         "GpuMemory", "Http5xxRate", "Overprovisioned", "P99TimePerOutputToken", "P99TimeToFirstToken",
         "UnhealthyHosts"]
+
+
+def test_slot_alarms_judge_the_slots_own_version_at_the_p95_targets(chat8b: Synth) -> None:
+    alarms = _topic_alarms(chat8b)
+    (ttft,) = [a for k, a in alarms.items() if "BlueP95TimeToFirstToken" in k]
+    (tpot,) = [a for k, a in alarms.items() if "BlueP95TimePerOutputToken" in k]
+    for alarm, target in ((ttft, TRAFFIC_8B.p95_ttft_ms), (tpot, TRAFFIC_8B.tpot_target_ms)):
+        assert alarm["ExtendedStatistic"] == "p95" and alarm["Threshold"] == target
+        assert {"Name": "ModelVersion", "Value": ARTIFACT_8B.version} in alarm["Dimensions"]
+        assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (3, 2)
 
 
 def test_p99_latency_alarms_are_at_twice_the_p95_targets_in_milliseconds(chat8b: Synth) -> None:
@@ -652,7 +710,8 @@ def test_gpu_memory_alarm_reads_the_agents_nvidia_metrics(chat8b: Synth) -> None
 
 
 def test_blue_green_alarms_on_both_target_groups(chat70b: Synth) -> None:
-    assert len(_topic_alarms(chat70b)) == 7
+    # The fleet's seven (unhealthy hosts per target group) and four of each slot's own.
+    assert len(_topic_alarms(chat70b)) == 7 + 2 * 4
 
 
 def test_dashboard_shows_latency_errors_hosts_gpu_and_cost_per_million_tokens(chat8b: Synth) -> None:

@@ -139,8 +139,27 @@ def test_fails_on_a_tensor_parallel_degree_that_is_not_a_number(scope: Any) -> N
 
 def test_fails_on_a_green_share_out_of_range(scope: Any) -> None:
     green = ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b-v2/", version="2")
-    assert problems(scope, green_model_artifact=green, green_traffic_percent=120) == [
+    # Fixed weights are for rollout=None only (with a rollout the state machine owns them: next test).
+    assert problems(scope, green_model_artifact=green, green_traffic_percent=120, rollout=None) == [
         "green_traffic_percent (120) must be between 0 and 100"]
+
+
+def test_fails_on_fixed_weights_with_a_rollout_and_on_a_bad_live_slot(scope: Any) -> None:
+    green = ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b-v2/", version="2")
+    assert problems(scope, green_model_artifact=green, green_traffic_percent=10) == [
+        "green_traffic_percent (10) with a rollout: the rollout owns the listener's weights; choose the serving slot "
+        "with live_slot='Green', or pass rollout=None for fixed weights"]
+    assert problems(scope, green_model_artifact=green, live_slot="green") == [
+        "live_slot ('green') must be 'Blue' or 'Green': the slot that serves every request once the rollout has "
+        "finished"]
+    assert problems(scope, live_slot="Green") == [
+        "live_slot ('Green') without green_model_artifact: name the version the green slot serves"]
+    assert problems(scope, green_model_artifact=green, live_slot="Green", rollout=None) == [
+        "live_slot ('Green') with rollout=None: without a rollout the weights are green_traffic_percent; pass "
+        "green_traffic_percent=100, or keep the default rollout"]
+    assert problems(scope, rollout=(5, 100)) == [
+        "rollout ((5, 100)) must be a RolloutPolicy or None, not a tuple: e.g. rollout=RolloutPolicy(steps=(5, 25, "
+        "50, 100), bake=Duration.minutes(10))"]
 
 
 def test_fails_on_a_green_share_without_a_green_version(scope: Any) -> None:

@@ -1,0 +1,403 @@
+"""Blue/green rollouts of a new model version: a Step Functions state machine that shifts the listener's weights in
+steps, bakes at each, judges the new slot by its own alarms and rolls every request back to the old slot on the first
+alarm. See docs/rollouts.md.
+
+The state machine uses only Step Functions' AWS SDK service integrations (``arn:aws:states:::aws-sdk:<service>:
+<action>``, AWS Step Functions developer guide, "AWS SDK service integrations"): no function of ours runs, so there is
+no Lambda to place in the VPC, queue, cap or encrypt, and the whole rollout is the definition below. Everything that
+differs between deploys (which slot is old, which is new, their groups, target groups, alarms) is the execution's
+input, written by the deploy-time trigger; the definition itself is plain JSON, so a test can run the very definition
+the stack deploys (tests/runtime/test_rollout.py runs it against moto on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from genai_constructs.errors import ConfigurationError
+from genai_constructs.fleets import _launch
+from genai_constructs.network import _checks as checks
+
+DEFAULT_STEPS: tuple[int, ...] = (5, 25, 50, 100)
+"""Percent of requests on the new slot at each step. 5 % first: enough requests in a ten-minute bake for p95 latency
+and a 5XX rate to mean something (at 10 requests/s, 3,000 requests), while a bad version reaches 1 in 20 users;
+then 25 and 50 % (the new slot's own scaling has caught up with a quarter, then half the load) before everything."""
+DEFAULT_BAKE = Duration.minutes(10)
+"""Bake at each step: twice the alarms' five-minute window (3 bad minutes of 5 trip them), so a version that degrades
+under sustained load trips them before the next step; four steps make a 40-minute rollout."""
+DEFAULT_ALARM_POLL = Duration.seconds(30)
+"""How often the bake reads the new slot's alarms: an alarm that trips mid-bake sends every request back within
+30 s plus one API call, not at the end of the bake."""
+MIN_BAKE = Duration.minutes(1)
+"""Below one minute no one-minute alarm datapoint can even arrive."""
+READY_POLL = Duration.seconds(30)
+"""How often the rollout checks whether the new slot's targets are healthy."""
+STATE_MACHINE_TIMEOUT = Duration.hours(24)
+"""A rollout longer than a day is stuck; Step Functions fails the execution (its traffic stays where it was)."""
+ROLLOUT_LOG_RETENTION = logs.RetentionDays.ONE_YEAR
+"""As the fleet's other logs: the rollout's history is part of the change record."""
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    """How a new model version takes traffic. Default: 5, 25, 50, 100 % with a 10-minute bake at each.
+
+    :param steps: percent of requests on the new slot at each step, increasing, ending at 100.
+    :param bake: how long each step holds before the next, judged by the new slot's alarms throughout.
+    :param alarm_poll: how often the bake reads the alarms (the designed rollback time is this plus one call).
+    """
+
+    steps: tuple[int, ...] = DEFAULT_STEPS
+    bake: Duration = field(default=DEFAULT_BAKE)
+    alarm_poll: Duration = field(default=DEFAULT_ALARM_POLL)
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        steps = self.steps
+        if (not isinstance(steps, (tuple, list)) or not steps
+                or any(isinstance(s, bool) or not isinstance(s, int) for s in steps)):
+            problems.append(f"steps ({steps!r}) must be a tuple of whole percentages ending at 100: e.g. "
+                            f"{DEFAULT_STEPS!r}")
+        elif list(steps) != sorted(set(steps)) or steps[0] < 1 or steps[-1] != 100:
+            problems.append(f"steps ({tuple(steps)!r}) must increase strictly from at least 1 and end at 100 (all "
+                            f"traffic on the new version): e.g. {DEFAULT_STEPS!r}")
+        bake_ok = checks.instance_of(problems, "bake", self.bake, Duration, allowed="a Duration",
+                                     fix="e.g. bake=Duration.minutes(10)")
+        poll_ok = checks.instance_of(problems, "alarm_poll", self.alarm_poll, Duration, allowed="a Duration",
+                                     fix="e.g. alarm_poll=Duration.seconds(30)")
+        if bake_ok and self.bake.to_seconds() < MIN_BAKE.to_seconds():
+            problems.append(f"bake ({self.bake.to_seconds():g} s) must be at least {MIN_BAKE.to_seconds():g} s: no "
+                            "one-minute alarm datapoint arrives sooner; e.g. bake=Duration.minutes(10)")
+        if bake_ok and poll_ok and not 1 <= self.alarm_poll.to_seconds() <= self.bake.to_seconds():
+            problems.append(f"alarm_poll ({self.alarm_poll.to_seconds():g} s) must be between 1 s and the bake "
+                            f"({self.bake.to_seconds():g} s): e.g. alarm_poll=Duration.seconds(30)")
+        if problems:
+            raise ConfigurationError("RolloutPolicy", problems)
+        object.__setattr__(self, "steps", tuple(steps))
+
+    def duration_s(self, *, ready_s: float = 0.0) -> float:
+        """Seconds from start to the old slot scaling to zero when every alarm stays OK: the new slot's start-up
+        (``ready_s``) plus one bake per step."""
+        return ready_s + len(self.steps) * self.bake.to_seconds()
+
+
+def _sdk(service: str, action: str) -> str:
+    return f"arn:aws:states:::aws-sdk:{service}:{action}"
+
+
+def _task(service: str, action: str, parameters: dict[str, Any], next_state: str, *,
+          result_selector: dict[str, Any] | None = None, result_path: str | None = None,
+          catch: bool = True) -> dict[str, Any]:
+    state: dict[str, Any] = {"Type": "Task", "Resource": _sdk(service, action), "Parameters": parameters,
+                             "ResultPath": result_path, "Next": next_state}
+    if result_selector is not None:
+        state["ResultSelector"] = result_selector
+    if catch:
+        # Any failed call during the rollout (throttling past the retries, a permission) rolls back: the old slot
+        # still holds its capacity, so it is the safe place for traffic.
+        state["Catch"] = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.failure", "Next": "RollBack"}]
+    state["Retry"] = [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 2, "MaxAttempts": 3, "BackoffRate": 2}]
+    return state
+
+
+def _weights(old_percent: int) -> list[dict[str, Any]]:
+    return [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
+        {"TargetGroupArn.$": "$.oldSlot.targetGroupArn", "Weight": old_percent},
+        {"TargetGroupArn.$": "$.newSlot.targetGroupArn", "Weight": 100 - old_percent}]}}]
+
+
+def _capacity(group: str, *, min_size: str | int, desired: str | int) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"AutoScalingGroupName.$": f"$.{group}.groupName"}
+    for key, value in (("MinSize", min_size), ("DesiredCapacity", desired)):
+        parameters[f"{key}.$" if isinstance(value, str) else key] = value
+    return parameters
+
+
+def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int) -> dict[str, Any]:
+    """The Amazon States Language definition of a rollout (plain JSON: no tokens).
+
+    Input: ``listenerArn``, ``topicArn``, ``minInstances``, and ``oldSlot`` / ``newSlot`` each with ``name``,
+    ``version``, ``groupName``, ``targetGroupArn`` and (new slot) ``alarmNames``. The states, in order:
+
+    1. Refuse a second rollout: ``ListExecutions`` of this state machine, RUNNING; more than this one fails the new
+       execution (notified) before it touches anything, so two rollouts never interleave.
+    2. Nothing to roll from: an old slot with no instances (the first deploy, or a redeploy after the rollout
+       finished) ends the execution without moving traffic.
+    3. Hold the old slot at its capacity (MinSize = its desired: scale-in may not shrink the place a rollback returns
+       to), and bring the new slot to the same capacity once its own instance refresh (the new version's launch
+       template, warm pool included) has finished: it launches through the warm pool and the launch hook, so an
+       instance is in service only once its server answers (docs/gpu-inference-fleet.md, "Warm pool").
+    4. Wait until the new target group has that many healthy targets (at most ``ready_timeout_s``, else roll back).
+    5. Each step: set the listener's weights, then bake, reading the new slot's alarms every ``alarm_poll``; an alarm
+       in ALARM rolls back at once.
+    6. After the last bake: the new slot keeps the fleet's minimum, the old slot scales to zero, a notification.
+
+    Roll back: every request to the old slot (one ``ModifyListener``), the new slot to zero, a notification naming
+    the alarms (or the error) and the execution fails, so its status says what happened.
+    """
+    bake_s = int(policy.bake.to_seconds())
+    poll_s = int(policy.alarm_poll.to_seconds())
+    ready_poll_s = int(READY_POLL.to_seconds())
+    states: dict[str, Any] = {
+        "RefuseIfAnotherRolloutRuns": _task(
+            "sfn", "listExecutions",
+            {"StateMachineArn.$": "$$.StateMachine.Id", "StatusFilter": "RUNNING", "MaxResults": 2},
+            "OnlyThisRollout", result_selector={"running.$": "$.Executions"}, result_path="$.lock", catch=False),
+        "OnlyThisRollout": {"Type": "Choice", "Choices": [
+            {"Variable": "$.lock.running[1]", "IsPresent": True, "Next": "NotifyRefused"}],
+            "Default": "ReadOldSlot"},
+        "NotifyRefused": {
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "Refused",
+            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout refused: another rollout is running",
+                           "Message.$": "States.Format('Rollout of {} to slot {} refused: another rollout of this "
+                                        "fleet is running. Nothing was changed; deploy again once it has finished "
+                                        "(or stop it: docs/rollouts.md).', $.newSlot.version, $.newSlot.name)"}},
+        "Refused": {"Type": "Fail", "Error": "RolloutInProgress",
+                    "Cause": "Another rollout of this fleet is running; this one changed nothing"},
+        "ReadOldSlot": _task(
+            "autoscaling", "describeAutoScalingGroups",
+            {"AutoScalingGroupNames.$": "States.Array($.oldSlot.groupName)"},
+            "AnythingToRollFrom", result_selector={"desired.$": "$.AutoScalingGroups[0].DesiredCapacity"},
+            result_path="$.oldCapacity", catch=False),
+        "AnythingToRollFrom": {"Type": "Choice", "Choices": [
+            {"Variable": "$.oldCapacity.desired", "NumericGreaterThan": 0, "Next": "HoldOldSlot"}],
+            "Default": "NothingToRollFrom"},
+        "NothingToRollFrom": {"Type": "Succeed", "Comment": "The old slot has no instances: no traffic to move"},
+        "HoldOldSlot": _task("autoscaling", "updateAutoScalingGroup",
+                             _capacity("oldSlot", min_size="$.oldCapacity.desired", desired="$.oldCapacity.desired"),
+                             "StartReadyClock", catch=False),
+        "StartReadyClock": {"Type": "Pass", "Result": {"waited": 0}, "ResultPath": "$.ready",
+                            "Next": "NewSlotRefreshes"},
+        "NewSlotRefreshes": _task(
+            "autoscaling", "describeInstanceRefreshes", {"AutoScalingGroupName.$": "$.newSlot.groupName",
+                                                         "MaxRecords": 1},
+            "AnyRefresh", result_selector={"latest.$": "$.InstanceRefreshes"}, result_path="$.refresh"),
+        # A comparison on a path that is absent fails the execution (States.Runtime), so presence is its own state.
+        "AnyRefresh": {"Type": "Choice", "Choices": [
+            {"Variable": "$.ready.waited", "NumericGreaterThanEquals": ready_timeout_s, "Next": "NewSlotNotReady"},
+            {"Variable": "$.refresh.latest[0]", "IsPresent": False, "Next": "ScaleUpNewSlot"}],
+            "Default": "NewSlotRefreshed"},
+        "NewSlotRefreshed": {"Type": "Choice", "Choices": [
+            {"Or": [{"Variable": "$.refresh.latest[0].Status", "StringEquals": "Pending"},
+                    {"Variable": "$.refresh.latest[0].Status", "StringEquals": "InProgress"}],
+             "Next": "WaitForNewSlot"}],
+            "Default": "ScaleUpNewSlot"},
+        "ScaleUpNewSlot": _task("autoscaling", "updateAutoScalingGroup",
+                                _capacity("newSlot", min_size="$.oldCapacity.desired",
+                                          desired="$.oldCapacity.desired"),
+                                "ReadNewSlotHealth"),
+        "ReadNewSlotHealth": _task(
+            "elasticloadbalancingv2", "describeTargetHealth", {"TargetGroupArn.$": "$.newSlot.targetGroupArn"},
+            "CountHealthy", result_selector={
+                "healthy.$": "$.TargetHealthDescriptions[?(@.TargetHealth.State == 'healthy')]"},
+            result_path="$.health"),
+        "CountHealthy": {"Type": "Pass", "Parameters": {"count.$": "States.ArrayLength($.health.healthy)"},
+                         "ResultPath": "$.health", "Next": "NewSlotReady"},
+        "NewSlotReady": {"Type": "Choice", "Choices": [
+            {"Variable": "$.health.count", "NumericGreaterThanEqualsPath": "$.oldCapacity.desired",
+             "Next": f"Shift{policy.steps[0]}"},
+            {"Variable": "$.ready.waited", "NumericGreaterThanEquals": ready_timeout_s, "Next": "NewSlotNotReady"}],
+            "Default": "WaitForNewSlot"},
+        "WaitForNewSlot": {"Type": "Wait", "Seconds": ready_poll_s, "Next": "TickReadyClock"},
+        "TickReadyClock": {"Type": "Pass", "ResultPath": "$.ready", "Next": "AfterReadyTick",
+                           "Parameters": {"waited.$": f"States.MathAdd($.ready.waited, {ready_poll_s})"}},
+        "AfterReadyTick": {"Type": "Choice", "Choices": [
+            {"Variable": "$.health", "IsPresent": True, "Next": "ReadNewSlotHealth"}],
+            "Default": "NewSlotRefreshes"},
+        "NewSlotNotReady": {"Type": "Pass", "ResultPath": "$.failure", "Next": "RollBack", "Result": {
+            "Error": "NewSlotNotReady",
+            "Cause": f"The new slot's targets were not all healthy within {ready_timeout_s} s"}},
+    }
+    for index, percent in enumerate(policy.steps):
+        after = f"Shift{policy.steps[index + 1]}" if index + 1 < len(policy.steps) else "KeepNewSlotAtMinimum"
+        states.update({
+            f"Shift{percent}": _task("elasticloadbalancingv2", "modifyListener",
+                                     {"ListenerArn.$": "$.listenerArn", "DefaultActions": _weights(100 - percent)},
+                                     f"Bake{percent}Start"),
+            f"Bake{percent}Start": {"Type": "Pass", "Result": {"waited": 0}, "ResultPath": "$.bake",
+                                    "Next": f"Bake{percent}Alarms"},
+            f"Bake{percent}Alarms": _task(
+                "cloudwatch", "describeAlarms", {"AlarmNames.$": "$.newSlot.alarmNames", "StateValue": "ALARM"},
+                # StateValue narrows the answer on AWS; the filter keeps the judgment right even where a
+                # DescribeAlarms ignores StateValue beside AlarmNames (moto does).
+                f"Bake{percent}Judge",
+                result_selector={"names.$": "$.MetricAlarms[?(@.StateValue == 'ALARM')].AlarmName"},
+                result_path="$.alarms"),
+            f"Bake{percent}Judge": {"Type": "Choice", "Choices": [
+                {"Variable": "$.alarms.names[0]", "IsPresent": True, "Next": "RollBack"},
+                {"Variable": "$.bake.waited", "NumericGreaterThanEquals": bake_s, "Next": after}],
+                "Default": f"Bake{percent}Wait"},
+            f"Bake{percent}Wait": {"Type": "Wait", "Seconds": poll_s, "Next": f"Bake{percent}Tick"},
+            f"Bake{percent}Tick": {"Type": "Pass", "ResultPath": "$.bake", "Next": f"Bake{percent}Alarms",
+                                   "Parameters": {"waited.$": f"States.MathAdd($.bake.waited, {poll_s})"}},
+        })
+    states.update({
+        "KeepNewSlotAtMinimum": _task("autoscaling", "updateAutoScalingGroup",
+                                      {"AutoScalingGroupName.$": "$.newSlot.groupName", "MinSize.$": "$.minInstances"},
+                                      "ScaleOldSlotToZero"),
+        "ScaleOldSlotToZero": _task("autoscaling", "updateAutoScalingGroup",
+                                    _capacity("oldSlot", min_size=0, desired=0), "NotifyDone", catch=False),
+        "NotifyDone": {
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "Done",
+            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout complete",
+                           "Message.$": "States.Format('Rollout complete: version {} (slot {}) serves every request; "
+                                        "slot {} (version {}) scales to zero.', $.newSlot.version, $.newSlot.name, "
+                                        "$.oldSlot.name, $.oldSlot.version)"}},
+        "Done": {"Type": "Succeed"},
+        # ---- Roll back: traffic first (one call), then capacity, then say why ------------------------------
+        "RollBack": {
+            "Type": "Task", "Resource": _sdk("elasticloadbalancingv2", "modifyListener"), "ResultPath": None,
+            "Parameters": {"ListenerArn.$": "$.listenerArn", "DefaultActions": _weights(100)},
+            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 1, "MaxAttempts": 6, "BackoffRate": 2}],
+            "Next": "HoldOldSlotAtMinimum"},
+        "HoldOldSlotAtMinimum": {
+            "Type": "Task", "Resource": _sdk("autoscaling", "updateAutoScalingGroup"), "ResultPath": None,
+            "Parameters": {"AutoScalingGroupName.$": "$.oldSlot.groupName", "MinSize.$": "$.minInstances"},
+            "Next": "ScaleNewSlotToZero"},
+        "ScaleNewSlotToZero": {
+            "Type": "Task", "Resource": _sdk("autoscaling", "updateAutoScalingGroup"), "ResultPath": None,
+            "Parameters": _capacity("newSlot", min_size=0, desired=0), "Next": "WhyRolledBack"},
+        "WhyRolledBack": {"Type": "Choice", "Choices": [
+            {"Variable": "$.failure", "IsPresent": True, "Next": "NotifyRolledBackOnError"}],
+            "Default": "NotifyRolledBackOnAlarm"},
+        "NotifyRolledBackOnAlarm": {
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RolledBack",
+            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout rolled back: an alarm fired",
+                           "Message.$": "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
+                                        "slot {} (version {}) again. In ALARM: {}.', $.newSlot.version, "
+                                        "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
+                                        "States.JsonToString($.alarms.names))"}},
+        "NotifyRolledBackOnError": {
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RolledBack",
+            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout rolled back: a step failed",
+                           "Message.$": "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
+                                        "slot {} (version {}) again. Failure: {}.', $.newSlot.version, "
+                                        "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
+                                        "States.JsonToString($.failure))"}},
+        "RolledBack": {"Type": "Fail", "Error": "RolledBack",
+                       "Cause": "The new version was rolled back; the notification says why"},
+    })
+    return {"Comment": "Blue/green rollout of a model version (genai_constructs.fleets.rollout)",
+            "StartAt": "RefuseIfAnotherRolloutRuns", "TimeoutSeconds": int(STATE_MACHINE_TIMEOUT.to_seconds()),
+            "States": states}
+
+
+@dataclass(frozen=True)
+class RolloutSlot:
+    """What the state machine needs of one slot (tokens are fine)."""
+
+    name: str
+    version: str
+    group_name: str
+    target_group_arn: str
+    alarm_names: tuple[str, ...]
+    alarm_arns: tuple[str, ...]
+
+
+class BlueGreenRollout(Construct):
+    """The rollout state machine, its role (one customer-managed policy, exact ARNs where AWS has them) and its
+    encrypted log group. ``execution_input(old, new)`` is what the deploy-time trigger starts it with."""
+
+    def __init__(self, scope: Construct, id: str, *, policy: RolloutPolicy, state_machine_name: str,
+                 listener_arn: str, slots: tuple[RolloutSlot, RolloutSlot], topic_arn: str, min_instances: int | str,
+                 ready_timeout_s: int, encryption_key: kms.IKey) -> None:
+        super().__init__(scope, id)
+        self.policy = policy
+        self.definition = rollout_definition(policy, ready_timeout_s=ready_timeout_s)
+        self._listener_arn, self._topic_arn, self._min_instances = listener_arn, topic_arn, min_instances
+        self.state_machine_name = state_machine_name
+        self.state_machine_arn = (f"arn:{Aws.PARTITION}:states:{Aws.REGION}:{Aws.ACCOUNT_ID}:stateMachine:"
+                                  f"{state_machine_name}")
+        self.log_group = logs.LogGroup(self, "Logs", retention=ROLLOUT_LOG_RETENTION, encryption_key=encryption_key,
+                                       removal_policy=RemovalPolicy.RETAIN)
+        group_arns = [f"arn:{Aws.PARTITION}:autoscaling:{Aws.REGION}:{Aws.ACCOUNT_ID}:autoScalingGroup:*:"
+                      f"autoScalingGroupName/{slot.group_name}" for slot in slots]
+        self.policy_document = iam.ManagedPolicy(self, "Policy", description=(
+            f"{state_machine_name}: shift the listener's weights, size the two slots, read their alarms, notify"),
+            statements=[
+                iam.PolicyStatement(sid="ShiftWeights", actions=["elasticloadbalancing:ModifyListener"],
+                                    resources=[listener_arn]),
+                iam.PolicyStatement(sid="SizeSlots", actions=["autoscaling:UpdateAutoScalingGroup"],
+                                    resources=group_arns),
+                iam.PolicyStatement(sid="ReadAlarms", actions=["cloudwatch:DescribeAlarms"],
+                                    resources=[arn for slot in slots for arn in slot.alarm_arns]),
+                iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[topic_arn]),
+                # Publishing to an SSE-KMS topic needs the key (Amazon SNS developer guide, "Encryption at rest":
+                # publishers need kms:GenerateDataKey and kms:Decrypt); only through SNS.
+                iam.PolicyStatement(sid="NotifyThroughTheTopicKey", actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                                    resources=[encryption_key.key_arn],
+                                    conditions={"StringEquals": {"kms:ViaService": f"sns.{Aws.REGION}.amazonaws.com"}}),
+                iam.PolicyStatement(sid="OneRolloutAtATime", actions=["states:ListExecutions"],
+                                    resources=[self.state_machine_arn]),
+                iam.PolicyStatement(sid="ReadGroupsAndTargets", actions=[
+                    "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeInstanceRefreshes",
+                    "elasticloadbalancing:DescribeTargetHealth"], resources=["*"]),
+                iam.PolicyStatement(sid="DeliverLogs", actions=[
+                    "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
+                    "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
+                    "logs:DescribeResourcePolicies", "logs:DescribeLogGroups"], resources=["*"]),
+                iam.PolicyStatement(sid="Trace", actions=[
+                    "xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules",
+                    "xray:GetSamplingTargets"], resources=["*"]),
+            ])
+        stack = Stack.of(self)
+        group_refs = [stack.resolve(name) for name in (slot.group_name for slot in slots)]
+        findings = {
+            "AwsSolutions-IAM5[Resource::*]": (
+                "autoscaling:DescribeAutoScalingGroups, autoscaling:DescribeInstanceRefreshes and "
+                "elasticloadbalancing:DescribeTargetHealth have no resource-level permissions; the CloudWatch Logs "
+                "delivery actions Step Functions logging needs and the X-Ray actions of tracing require Resource * "
+                "(Step Functions developer guide, \"IAM policies for logging to CloudWatch Logs\")"),
+        }
+        for ref in group_refs:
+            if isinstance(ref, dict) and "Ref" in ref:
+                findings["AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:"
+                         f"<AWS::AccountId>:autoScalingGroup:*:autoScalingGroupName/<{ref['Ref']}>]"] = (
+                    "An Auto Scaling group ARN embeds a UUID CloudFormation does not return; the group name pins it")
+            elif isinstance(ref, str):
+                findings["AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:<AWS::Region>:"
+                         f"<AWS::AccountId>:autoScalingGroup:*:autoScalingGroupName/{ref}]"] = (
+                    "An Auto Scaling group ARN embeds a UUID unknown before the group exists; the group name (fixed "
+                    "at synthesis) pins it")
+        _launch.acknowledge(self.policy_document, findings)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+                             managed_policies=[self.policy_document],
+                             description=f"{state_machine_name}: the blue/green rollout state machine")
+        self.state_machine = sfn.CfnStateMachine(
+            self, "StateMachine", state_machine_name=state_machine_name, role_arn=self.role.role_arn,
+            state_machine_type="STANDARD", definition_string=json.dumps(self.definition, sort_keys=True),
+            logging_configuration=sfn.CfnStateMachine.LoggingConfigurationProperty(
+                level="ALL", include_execution_data=True,
+                destinations=[sfn.CfnStateMachine.LogDestinationProperty(
+                    cloud_watch_logs_log_group=sfn.CfnStateMachine.CloudWatchLogsLogGroupProperty(
+                        log_group_arn=self.log_group.log_group_arn))]),
+            tracing_configuration=sfn.CfnStateMachine.TracingConfigurationProperty(enabled=True))
+
+    def execution_input(self, old: RolloutSlot, new: RolloutSlot) -> str:
+        """The JSON input the trigger starts the state machine with: traffic moves from ``old`` to ``new``."""
+        return Stack.of(self).to_json_string(execution_input_document(
+            listener_arn=self._listener_arn, topic_arn=self._topic_arn, min_instances=self._min_instances,
+            old=old, new=new))
+
+
+def execution_input_document(*, listener_arn: str, topic_arn: str, min_instances: int | str, old: RolloutSlot,
+                             new: RolloutSlot) -> dict[str, Any]:
+    """The execution input ``rollout_definition`` reads (see its docstring): traffic moves from ``old`` to ``new``,
+    judged by ``new``'s alarms."""
+    def slot(s: RolloutSlot, alarms: bool) -> dict[str, Any]:
+        value: dict[str, Any] = {"name": s.name, "version": s.version, "groupName": s.group_name,
+                                 "targetGroupArn": s.target_group_arn}
+        if alarms:
+            value["alarmNames"] = list(s.alarm_names)
+        return value
+    return {"listenerArn": listener_arn, "topicArn": topic_arn, "minInstances": min_instances,
+            "oldSlot": slot(old, False), "newSlot": slot(new, True)}
