@@ -310,6 +310,7 @@ class GpuInferenceFleet(Construct):
         )
         super().__init__(scope, id)
         _region.warn_about_prices(self, plan_region=plan.region)
+        _region.warn_about_quota(self, quota_warning=plan.quota.warning if plan.quota else None)
         self.plan: InferencePlan = plan
         self.server_environment: dict[str, str] = dict(server_environment or {})
         self.network = network

@@ -1,6 +1,6 @@
 """``genai-constructs simulate``: the arguments and the command (the top-level CLI only registers the subcommand).
 
-Every bad input ends in one sentence on stderr (or ``{"error": "..."}`` on stdout with ``--json``) and exit code 2,
+Every bad input ends in one sentence on stderr (or ``{"error": {"type": ..., "message": ...}}`` on stdout with ``--json``) and exit code 2,
 never a traceback: arguments are taken as strings here and checked by the simulator's own functions, so argparse's
 multi-line usage errors never stand in for a message.
 """
@@ -77,7 +77,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     except GenaiConstructsError as error:
         message = str(error)
         if args.json:
-            print(json.dumps({"error": message}))
+            # The same shape as every other subcommand's --json error (genai_constructs/cli.py).
+            print(json.dumps({"error": {"type": type(error).__name__, "message": message}}))
         else:
             print(f"error: {message}", file=sys.stderr)
         return 2

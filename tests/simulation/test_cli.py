@@ -20,7 +20,9 @@ def _error(capsys, argv, *, as_json=False):
     assert code == 2
     if as_json:
         assert captured.err == ""
-        return json.loads(captured.out)["error"]
+        error = json.loads(captured.out)["error"]
+        assert error["type"].endswith("Error")
+        return error["message"]
     assert captured.out == "" and "Traceback" not in captured.err
     assert captured.err.count("\n") == 1  # one sentence, one line
     return captured.err.removeprefix("error: ").rstrip("\n")
