@@ -286,6 +286,11 @@ def _region_key(region: str) -> str:
     )
 
 
+def normalize_region(region: str) -> str:
+    """The region as the data spells it (``" EU-West-1 "`` -> ``"eu-west-1"``); ``UnknownRegionError`` otherwise."""
+    return _region_key(region)
+
+
 def _type_key(instance_type: str) -> str:
     """The lower-case key; ``UnknownInstanceTypeError`` (closest names) for a type no data file knows."""
     key = instance_type.strip().lower() if isinstance(instance_type, str) else ""

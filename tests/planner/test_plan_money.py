@@ -115,3 +115,8 @@ def test_an_8b_model_on_an_8_gpu_box_runs_narrow_replicas() -> None:
     assert plan.server.tensor_parallel_size == plan.devices_per_replica
     assert plan.concurrency_per_instance == plan.replicas_per_instance * plan.estimate.concurrency
     assert any(f"runs {plan.replicas_per_instance} replicas" in reason for reason in plan.reasons)
+
+
+def test_a_region_spelled_loosely_is_the_regions_own_name() -> None:
+    plan = plan_inference(LLAMA_8B, CHAT, instance_types=["g5.xlarge"], region=" EU-West-1 ")
+    assert plan.region == "eu-west-1"
