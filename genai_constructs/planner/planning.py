@@ -32,6 +32,7 @@ from genai_constructs.planner.pricing import (
     batch_job_cost,
     inference_fleet_cost,
     instance_price,
+    normalize_region,
     vcpu_quota,
 )
 from genai_constructs.planner.server_settings import VLLM_VERSION, derive_server_settings, startup_findings
@@ -347,6 +348,7 @@ def plan_inference(
     (e.g. an override); ``include_neuron`` lets Inferentia2/Trainium compete (see INCLUDE_NEURON_DEFAULT).
     """
     _check_arguments("plan_inference", model, traffic, RealtimeTraffic, include_neuron=include_neuron, region=region)
+    region = None if region is None else normalize_region(region)
     if model.kind != "decoder":
         raise GenaiConstructsError(
             f"plan_inference: model {model.name!r} is an encoder; plan embedding work with plan_embedding(model, BatchTraffic(...))"
@@ -736,6 +738,7 @@ def plan_embedding(
 ) -> EmbeddingPlan:
     """The cheapest fleet per million embedded tokens that finishes the backlog within the deadline (less headroom)."""
     _check_arguments("plan_embedding", model, traffic, BatchTraffic, include_neuron=include_neuron, region=region)
+    region = None if region is None else normalize_region(region)
     if model.kind != "encoder":
         raise GenaiConstructsError(
             f"plan_embedding: model {model.name!r} is a decoder; plan chat/completion with plan_inference(model, RealtimeTraffic(...))"
