@@ -220,6 +220,25 @@ class Chunk:
 _WORD = re.compile(r"\S+")
 
 
+def output_lines(source: str, etag: str, model: str, chunks: Sequence[Chunk],
+                 vectors: Sequence[Sequence[float]]) -> list[str]:
+    """The lines of one output object (without newlines): one JSON object per chunk, in chunk order.
+
+    The format the retrieval tier's loader reads (``genai_constructs.runtime.vector_store``): the chunk's text is not
+    repeated, only its character offsets in the source.
+    """
+    return [
+        json.dumps(
+            {
+                "source": source, "etag": etag, "model": model, "chunk": i, "start": c.start, "end": c.end,
+                "embedding": [round(x, VECTOR_DECIMALS) for x in vector],
+            },
+            separators=(",", ":"),
+        )
+        for i, (c, vector) in enumerate(zip(chunks, vectors, strict=True))
+    ]
+
+
 def chunk_text(text: str, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS, overlap_tokens: int = 0) -> list[Chunk]:
     """Split ``text`` into chunks of about ``chunk_tokens`` tokens, cut at whitespace; character offsets kept."""
     if chunk_tokens <= 0 or not 0 <= overlap_tokens < chunk_tokens:
@@ -618,17 +637,7 @@ class BatchWorker:
         def put(job: tuple[str, list[Chunk], list[list[float]]]) -> tuple[str, str]:
             key, chunks, mine = job
             source = f"s3://{work.bucket}/{key}"
-            lines = [
-                json.dumps(
-                    {
-                        "source": source, "etag": held.etags.get(key, ""), "model": self.encoder.name,
-                        "chunk": i, "start": c.start, "end": c.end,
-                        "embedding": [round(x, VECTOR_DECIMALS) for x in vector],
-                    },
-                    separators=(",", ":"),
-                )
-                for i, (c, vector) in enumerate(zip(chunks, mine, strict=True))
-            ]
+            lines = output_lines(source, held.etags.get(key, ""), self.encoder.name, chunks, mine)
             try:
                 self.s3.put_object(
                     Bucket=bucket, Key=output_key(prefix, key), Body=("\n".join(lines) + "\n").encode(),

@@ -21,11 +21,12 @@ import math
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 __all__ = [
+    "Answered",
     "DEFAULT_IMDS_TIMEOUT_S",
     "IMDS_BASE_URL",
     "FailoverExhaustedError",
@@ -34,6 +35,7 @@ __all__ = [
     "ZonalEndpoints",
     "availability_zone",
     "call_with_failover",
+    "call_with_failover_async",
     "zone_of",
 ]
 
@@ -188,6 +190,39 @@ def call_with_failover(
     raise FailoverExhaustedError(errors)
 
 
+@dataclass(frozen=True)
+class Answered(Generic[T]):
+    """What an asyncio call with failover returned, and which endpoint gave it after which failures."""
+
+    value: T
+    endpoint: str
+    failures: tuple[tuple[str, BaseException], ...] = ()
+
+
+async def call_with_failover_async(
+    endpoints: Sequence[str],
+    call: Callable[[str], Awaitable[T]],
+    *,
+    retry_on: tuple[type[BaseException], ...] = (OSError,),
+) -> Answered[T]:
+    """:func:`call_with_failover` for coroutines, telling which endpoint answered (the caller logs local/failover).
+
+    :raises FailoverExhaustedError: every endpoint failed.
+    """
+    if not endpoints:
+        raise ValueError("endpoints is empty: nothing to call")
+    errors: list[tuple[str, BaseException]] = []
+    for endpoint in endpoints:
+        try:
+            value = await call(endpoint)
+        except retry_on as error:
+            log.warning("endpoint %s failed (%s: %s); trying the next zone", endpoint, type(error).__name__, error)
+            errors.append((endpoint, error))
+            continue
+        return Answered(value, endpoint, tuple(errors))
+    raise FailoverExhaustedError(errors)
+
+
 @dataclass
 class ZonalClient:
     """An endpoint's names ordered own-AZ first, with failover. The AZ is looked up once (IMDSv2) and kept.
@@ -225,3 +260,16 @@ class ZonalClient:
 
     def call(self, call: Callable[[str], T]) -> T:
         return call_with_failover(self.ordered(), call, retry_on=self.retry_on)
+
+    def is_local(self, endpoint: str) -> bool:
+        """Whether ``endpoint`` is one of this client's own zone's (False when no zone is known)."""
+        zone = self.zone
+        return zone is not None and endpoint in self.endpoints.zonal.get(zone, ())
+
+    async def call_async(self, call: Callable[[str], Awaitable[T]], *, avoid: Iterable[str] = ()) -> Answered[T]:
+        """Own-AZ first with failover, for coroutines; endpoints in ``avoid`` (recently failed) go last, still tried
+        when everything else fails."""
+        avoided = set(avoid)
+        ordered = self.ordered()
+        ordered = [e for e in ordered if e not in avoided] + [e for e in ordered if e in avoided]
+        return await call_with_failover_async(ordered, call, retry_on=self.retry_on)

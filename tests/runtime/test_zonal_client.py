@@ -304,3 +304,24 @@ def test_zonal_client_off_ec2_still_works_without_a_zone_preference() -> None:
     client = ZonalClient.from_dns_entries(ENTRIES, imds_base_url=closed_port_url(), imds_timeout_s=0.2)
     assert client.zone is None
     assert zone_of(client.ordered()[0]) == "us-east-1a"
+
+
+def test_async_failover_says_which_endpoint_answered_and_avoided_ones_go_last() -> None:
+    import asyncio
+
+    from genai_constructs.runtime.zonal_client import call_with_failover_async
+
+    tried: list[str] = []
+
+    async def call(endpoint: str) -> str:
+        tried.append(endpoint)
+        if endpoint == "a":
+            raise ConnectionRefusedError("down")
+        return endpoint.upper()
+
+    answer = asyncio.run(call_with_failover_async(["a", "b"], call))
+    assert (answer.value, answer.endpoint, [e for e, _ in answer.failures]) == ("B", "b", ["a"])
+    client = ZonalClient(ZonalEndpoints(zonal={"us-east-1a": ("a",), "us-east-1b": ("b",)}), own_zone="us-east-1a")
+    tried.clear()
+    answer = asyncio.run(client.call_async(call, avoid=["a"]))
+    assert tried == ["b"] and not client.is_local(answer.endpoint) and client.is_local("a")
