@@ -296,7 +296,7 @@ class RetrievalTier:
         statement_timeout_ms = int(self.config.query_timeout_s * 1000)
         # asyncio's timeout, not libpq's connect_timeout: libpq counts whole seconds, two at least.
         return await asyncio.wait_for(
-            psycopg.AsyncConnection.connect(self.config.database, host=host, port=int(port),
+            psycopg.AsyncConnection.connect(self.config.database, host=host, port=int(port), autocommit=True,
                                             options=f"-c statement_timeout={statement_timeout_ms}"),
             self.config.connect_timeout_s)
 

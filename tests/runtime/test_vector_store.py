@@ -121,3 +121,15 @@ def test_bad_input_names_the_problem_and_the_fix(readers: Readers) -> None:  # n
             create_schema(connection, dimension=16)
         with pytest.raises(VectorStoreError, match=r"top_k=0 is not a whole number from 1 to 1000"):
             top_k(connection, [1.0] * DIMENSION, 0)
+
+
+def test_the_hnsw_index_exists_after_a_first_load_and_serves_the_search(readers: Readers) -> None:  # noqa: F811
+    with psycopg.connect(readers.other.conninfo) as connection:
+        indexes = {row[0] for row in connection.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'rag_chunks'").fetchall()}
+        connection.execute("SET enable_seqscan = off")  # so the plan shows the index is usable, even on 30 rows
+        plan = "\n".join(row[0] for row in connection.execute(
+            "EXPLAIN SELECT id FROM rag_chunks ORDER BY embedding <=> %s::vector LIMIT 3",
+            (str([1.0] * DIMENSION),)).fetchall())
+    assert "rag_chunks_embedding_hnsw" in indexes
+    assert "rag_chunks_embedding_hnsw" in plan
