@@ -450,6 +450,10 @@ class RagOrchestrator:
                 self.log_stream = self._log_file
             else:
                 self.log_stream = sys.stdout
+        # One encode before the listener opens: a sentence-transformers model's first calls pay its lazy set-up
+        # (tens of ms on a CPU), which would otherwise land on the first users' time to first token.
+        await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self.encoder.encode, ["warm-up"], batch_size=1))
         self._server = await asyncio.start_server(self._serve_client, self.config.listen_host, self.config.listen_port,
                                                   limit=MAX_HEAD_BYTES, backlog=1024)
         self.listen_port = self._server.sockets[0].getsockname()[1]
