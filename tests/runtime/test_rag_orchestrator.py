@@ -216,3 +216,21 @@ def test_a_good_command_line_parses() -> None:
                            "--inference", "internal-alb:80", "--model", "m"])
     assert config.readers == (("us-east-1a", "10.0.1.5:5432"), ("us-east-1b", "10.0.2.5:5432"))
     assert (config.inference_host, config.inference_port, config.top_k) == ("internal-alb", 80, 4)
+
+
+def test_inference_failures_are_answered_and_logged(readers: Readers, inference: FakeOpenAIServer,  # noqa: F811
+                                                    ) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead_port = closed.getsockname()[1]  # nothing listens once the socket closes
+    answers, records, _ = asyncio.run(run_requests(config_for(readers, inference, inference_port=dead_port),
+                                                   [("nat gateways", "rag-dead")]))
+    assert answers[0][0] == 502 and answers[0][1]["x-request-id"] == "rag-dead"
+    assert records[0]["status"] == "upstream_unavailable" and records[0]["retrieval_zone"] == "local"
+
+    inference.reconfigure(behaviour="bad_request")
+    try:
+        answers, records, _ = asyncio.run(run_requests(config_for(readers, inference), [("nat gateways", None)]))
+    finally:
+        inference.reconfigure(behaviour="normal")
+    assert answers[0][0] == 400 and records[0]["status"] == "upstream_error" and records[0]["upstream_status"] == 400
