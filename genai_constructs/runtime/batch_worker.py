@@ -619,7 +619,13 @@ class BatchWorker:
                 mine = vectors[offset : offset + count]
                 offset += count
                 self._transition(held, ("encoding",), "writing")
-                self._stages.submit(self._guard, functools.partial(self._write, vectors=mine), held)
+                try:
+                    self._stages.submit(self._guard, functools.partial(self._write, vectors=mine), held)
+                except RuntimeError:
+                    # The stage pool shut down while this batch encoded (the worker is stopping): hand the message
+                    # back rather than crash the encoder thread; SQS redelivers it to a live worker.
+                    self._transition(held, ("writing",), "ready")
+                    self._hand_back(held)
 
     # -- stage 3: write, then delete -------------------------------------------------------------------------
     def _write(self, held: _Held, *, vectors: list[list[float]]) -> None:
