@@ -48,7 +48,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from genai_constructs.runtime.encoders import Encoder, EncoderSpecError, load_encoder
-from genai_constructs.runtime.request_proxy import ChunkedDecoder
+
+# The stream decoder and the command-line checks are the request proxy's, so both programs word a bad flag alike.
+from genai_constructs.runtime.request_proxy import ChunkedDecoder, _host_port, _non_empty, _Parser
 from genai_constructs.runtime.vector_store import (
     DEFAULT_TABLE,
     MAX_TOP_K,
@@ -135,24 +137,6 @@ class OrchestratorConfig:
     log_file: str | None = None
 
 
-class _Parser(argparse.ArgumentParser):
-    """One line (the error, naming the flag, the value and the fix) instead of the usage, like request_proxy."""
-
-    def error(self, message: str) -> Any:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _host_port(flag: str, example: str) -> Any:
-    def parse(text: str) -> tuple[str, int]:
-        host, sep, port_text = text.rpartition(":")
-        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-        if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not HOST:PORT with a port from 1 to 65535; give e.g. {flag} {example}")
-        return host, int(port_text)
-    return parse
-
-
 def _reader(text: str) -> tuple[str, str]:
     zone, sep, endpoint = text.partition("=")
     zone = zone.strip()
@@ -187,14 +171,6 @@ def _seconds(flag: str, example: str) -> Any:
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds greater than 0; give e.g. "
                                              f"{flag} {example}")
         return value
-    return parse
-
-
-def _non_empty(flag: str) -> Any:
-    def parse(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"an empty value is not allowed; give the {flag[2:].replace('-', ' ')}")
-        return text
     return parse
 
 
