@@ -27,7 +27,8 @@ every replica is full. A replica that refuses the connection (its container rest
 
 AWS behaviour relied on:
 
-* Keep-alive longer than the ALB's idle timeout (``--keep-alive-s``, default 360 s against the fleet's 300 s): "we
+* Keep-alive longer than the ALB's idle timeout (``--keep-alive-s``; the fleet passes its idle timeout + 60 s, both
+  sized from the traffic's longest stream, ``GpuInferenceFleet.drain``; the default, 360 s, is above a 300 s one): "we
   also recommend that you configure the idle timeout of your application to be larger than the idle timeout
   configured for the load balancer. Otherwise ... the load balancer sends an HTTP 502 Bad Gateway error to the
   client" (ALB attributes, connection idle timeout,
@@ -43,7 +44,8 @@ AWS behaviour relied on:
 * On scale-in the target is deregistered and the ALB stops sending it requests but lets in-flight ones finish for
   the deregistration delay, 300 s by default (target group attributes,
   https://docs.aws.amazon.com/elasticloadbalancing/latest/application/edit-target-group-attributes.html#deregistration-delay);
-  on SIGTERM the proxy stops accepting and lets streams finish for ``--drain-s`` (default the same 300 s).
+  on SIGTERM the proxy stops accepting and lets streams finish for ``--drain-s`` (the fleet passes its
+  deregistration delay; the default is ELB's 300 s).
 
 vLLM behaviour relied on: it aborts a request whose client goes away (its route handlers are cancelled on
 ``http.disconnect``), so closing the upstream connection when the caller disconnects frees the GPU at once; its
@@ -79,7 +81,8 @@ from typing import IO, Any
 DEFAULT_LISTEN = "0.0.0.0:8000"
 """The target group's port: vLLM's conventional 8000, now answered by the proxy (vLLM moves behind it)."""
 DEFAULT_KEEP_ALIVE_S = 360.0
-"""Above the fleet's ALB idle timeout (300 s): the ALB, not the target, must be the side closing idle connections."""
+"""Above a 300 s ALB idle timeout: the ALB, not the target, must be the side closing idle connections. GpuInferenceFleet
+passes its own, its idle timeout + 60 s, both sized from the traffic (``fleet.drain``)."""
 DEFAULT_EMF_ADDRESS = "tcp:127.0.0.1:25888"
 """The CloudWatch agent's default EMF listener; TCP so that a record is never silently lost to a full socket buffer."""
 DEFAULT_NAMESPACE = "GenaiConstructs/Inference"
