@@ -30,7 +30,7 @@ from genai_constructs.planner import (
     plan_inference,
 )
 from genai_constructs.planner.startup import StartupEstimate, time_to_serving
-from genai_constructs.workload import BatchTraffic, ModelArtifact, ModelShape, Precision, RealtimeTraffic
+from genai_constructs.workload import BatchTraffic, ModelArtifact, ModelShape, Precision, RagTraffic, RealtimeTraffic
 
 if TYPE_CHECKING:
     from genai_constructs.fleets import EmbeddingBatchFleet, GpuInferenceFleet
@@ -59,6 +59,7 @@ __all__ = [
     "ModelShape",
     "Precision",
     "PrivateDataPath",
+    "RagTraffic",
     "RealtimeTraffic",
     "RetrievalService",
     "ServerSettings",

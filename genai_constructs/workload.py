@@ -903,6 +903,43 @@ class BatchTraffic(_Frozen):
         return self.documents * self.tokens_per_document
 
 
+DEFAULT_RAG_TOP_K = 4
+"""Four ~512-token chunks: about 2,000 tokens of context, room for the question and the answer in an 8k window (the
+orchestrator's own default, ``runtime.rag_orchestrator.DEFAULT_TOP_K``)."""
+DEFAULT_UTF8_BYTES_PER_TOKEN = 4.0
+"""English text runs about four characters (bytes, in UTF-8) per BPE/WordPiece token; retrieved context is sized in
+bytes from it."""
+
+
+class RagTraffic(_Frozen):
+    """The RAG request path's load at peak: answers per second and the context each answer retrieves.
+
+    The retrieval tier and the orchestration tier are sized from ``retrieved_bytes_per_s`` (chunks x chunk length x
+    bytes per token x request rate), not from a row count: the lesson warns that teams shrink retrieval (fewer,
+    shorter chunks) to hide a bandwidth limit, so the plan states the bytes it must carry and sizes for them.
+    """
+
+    requests_per_s: float = Field(gt=0, description="RAG answers started per second at peak.")
+    top_k: int = Field(default=DEFAULT_RAG_TOP_K, gt=0, le=1000, description="Chunks retrieved per request.")
+    chunk_tokens: int = Field(default=512, gt=0, description="Tokens per stored chunk (the preprocessing tier's cut).")
+    bytes_per_token: float = Field(
+        default=DEFAULT_UTF8_BYTES_PER_TOKEN, gt=0, le=16, description="UTF-8 bytes per token of stored text."
+    )
+    query_tokens: int = Field(default=64, gt=0, description="Mean question length, tokens (embedded on the CPU).")
+    stored_chunks: int = Field(default=1_000_000, gt=0, description="Chunks held by the vector store.")
+    headroom: float = Field(default=DEFAULT_HEADROOM, ge=0, lt=1, description="See DEFAULT_HEADROOM.")
+
+    @computed_field(description="Bytes of chunk text one request reads from the store.")  # type: ignore[prop-decorator]
+    @property
+    def retrieved_bytes_per_request(self) -> float:
+        return self.top_k * self.chunk_tokens * self.bytes_per_token
+
+    @computed_field(description="Bytes of chunk text per second at peak.")  # type: ignore[prop-decorator]
+    @property
+    def retrieved_bytes_per_s(self) -> float:
+        return self.retrieved_bytes_per_request * self.requests_per_s
+
+
 class ModelArtifact(_Frozen):
     """Where the model weights live in S3, and which version to serve.
 
