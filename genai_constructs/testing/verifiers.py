@@ -553,3 +553,99 @@ def verify_stack(
     for verifier in verifiers:
         checks.extend(verifier(ctx))
     return checks
+
+
+# --------------------------------------------------------------------------------------------------- Aurora
+
+
+def _cluster_of(ctx: StackContext, instance: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    target = instance.get("Properties", {}).get("DBClusterIdentifier")
+    logical = target.get("Ref") if isinstance(target, dict) else None
+    cluster = ctx.template.get("Resources", {}).get(logical or "", {})
+    return logical, cluster.get("Properties", {}) if cluster.get("Type") == "AWS::RDS::DBCluster" else {}
+
+
+def verify_aurora_instances(ctx: StackContext) -> list[Check]:
+    """Aurora DB instances moto created (standalone: ``moto_copy.aurora_instances_for_moto``): instance class, no
+    public access, encrypted, in the zone the template names (``Fn::Select`` of the Region's zones resolved against
+    the VPC's subnets), and one instance per zone among a cluster's readers."""
+    checks: list[Check] = []
+    rds = ctx.client("rds")
+    ec2 = ctx.client("ec2")
+    region_zones = sorted(z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"])
+    own_subnets = [ctx.physical[k] for k in ctx.resources("AWS::EC2::Subnet") if k in ctx.physical]
+    subnet_zones = sorted({s["AvailabilityZone"] for s in ec2.describe_subnets(SubnetIds=own_subnets)["Subnets"]}
+                          ) if own_subnets else []
+    readers: dict[str, list[str]] = {}
+    for logical, resource in ctx.resources("AWS::RDS::DBInstance").items():
+        cluster_logical, _cluster = _cluster_of(ctx, resource)
+        if cluster_logical is None:
+            continue
+        properties = resource["Properties"]
+        identifier, missing = _physical_or_missing(ctx, logical, "Aurora instance")
+        if identifier is None:
+            checks += missing
+            continue
+        (got,) = rds.describe_db_instances(DBInstanceIdentifier=identifier)["DBInstances"]
+        problems = []
+        if got.get("DBInstanceClass") != properties.get("DBInstanceClass"):
+            problems.append(f"class {got.get('DBInstanceClass')} != template {properties.get('DBInstanceClass')}")
+        if got.get("PubliclyAccessible") or properties.get("PubliclyAccessible") is not False:
+            problems.append("publicly accessible")
+        if not got.get("StorageEncrypted"):
+            problems.append("storage not encrypted")
+        zone = properties.get("AvailabilityZone")
+        want_zone = ctx.resolve(zone)
+        if want_zone is None and isinstance(zone, dict) and "Fn::Select" in zone:
+            index = int(zone["Fn::Select"][0])
+            want_zone = region_zones[index] if index < len(region_zones) else None  # Fn::GetAZs order
+        if want_zone is None or got.get("AvailabilityZone") != want_zone:
+            problems.append(f"zone {got.get('AvailabilityZone')} != template {want_zone}")
+        elif int(properties.get("PromotionTier", 1)) > 0:
+            readers.setdefault(cluster_logical, []).append(str(want_zone))
+        detail = (f"{logical} {got.get('DBInstanceClass')} in {got.get('AvailabilityZone')}, private, encrypted"
+                  if not problems else f"{logical}: " + "; ".join(problems))
+        checks.append(Check(ctx.name, "Aurora instance", not problems, detail))
+    for cluster_logical, zones in readers.items():
+        ok = sorted(set(zones)) == subnet_zones
+        checks.append(Check(ctx.name, "Aurora readers", ok,
+                            f"{cluster_logical}: readers in {', '.join(sorted(zones))}; the stack's subnets are in "
+                            f"{', '.join(subnet_zones)}"))
+    return checks
+
+
+def verify_aurora_clusters(ctx: StackContext) -> list[Check]:
+    """What moto's CloudFormation skips (``AWS::RDS::DBCluster``, its parameter group, the secret): in the template.
+    Storage encrypted with a KMS key, deletion protection, backups, IAM auth, the postgresql log exported,
+    ``rds.force_ssl`` 1, the master secret KMS-encrypted and attached to the cluster."""
+    checks: list[Check] = []
+    resources = ctx.template.get("Resources", {})
+    for logical, resource in ctx.resources("AWS::RDS::DBCluster").items():
+        properties = resource.get("Properties", {})
+        problems = []
+        if not (properties.get("StorageEncrypted") and properties.get("KmsKeyId")):
+            problems.append("storage not encrypted with a KMS key")
+        if properties.get("DeletionProtection") is not True:
+            problems.append("no deletion protection")
+        if int(properties.get("BackupRetentionPeriod", 1)) < 1:
+            problems.append("no backups")
+        if "postgresql" not in properties.get("EnableCloudwatchLogsExports", []) and "aurora-postgresql" == properties.get(
+                "Engine"):
+            problems.append("postgresql log not exported")
+        group = resources.get(str((properties.get("DBClusterParameterGroupName") or {}).get("Ref")), {})
+        if str(group.get("Properties", {}).get("Parameters", {}).get("rds.force_ssl")) != "1":
+            problems.append("rds.force_ssl is not 1")
+        secrets = [r for r in resources.values() if r.get("Type") == "AWS::SecretsManager::SecretTargetAttachment"
+                   and r.get("Properties", {}).get("TargetId") == {"Ref": logical}]
+        secret_ids = [str(s["Properties"].get("SecretId", {}).get("Ref")) for s in secrets]
+        if not secret_ids or not all(resources.get(i, {}).get("Properties", {}).get("KmsKeyId") for i in secret_ids):
+            problems.append("master secret missing or not KMS-encrypted")
+        detail = (f"{logical} {properties.get('Engine')} {properties.get('EngineVersion')}: KMS storage, deletion "
+                  f"protection, {properties.get('BackupRetentionPeriod')} days of backups, IAM auth "
+                  f"{'on' if properties.get('EnableIAMDatabaseAuthentication') else 'off'}, force_ssl, KMS secret"
+                  if not problems else f"{logical}: " + "; ".join(problems))
+        checks.append(Check(ctx.name, "Aurora cluster", not problems, detail, "template"))
+    return checks
+
+
+VERIFIERS = (*VERIFIERS[:-1], verify_aurora_instances, verify_aurora_clusters, VERIFIERS[-1])
