@@ -23,20 +23,35 @@ from genai_constructs.planner import (
     EmbeddingPlan,
     Estimate,
     InferencePlan,
+    OrchestrationPlan,
+    PreprocessingPlan,
     ServerSettings,
+    VectorStorePlan,
     estimate,
     load_catalog,
     plan_embedding,
     plan_inference,
+    plan_orchestration,
+    plan_preprocessing,
+    plan_vector_store,
 )
 from genai_constructs.planner.startup import StartupEstimate, time_to_serving
 from genai_constructs.workload import BatchTraffic, ModelArtifact, ModelShape, Precision, RagTraffic, RealtimeTraffic
 
 if TYPE_CHECKING:
-    from genai_constructs.fleets import EmbeddingBatchFleet, GpuInferenceFleet
+    from genai_constructs.fleets import (
+        DocumentPreprocessingFleet,
+        EmbeddingBatchFleet,
+        GpuInferenceFleet,
+        RagOrchestrationFleet,
+    )
     from genai_constructs.network import PrivateDataPath, RetrievalService
+    from genai_constructs.retrieval import AuroraVectorStore
 
 _CONSTRUCTS = {
+    "AuroraVectorStore": "genai_constructs.retrieval",
+    "DocumentPreprocessingFleet": "genai_constructs.fleets",
+    "RagOrchestrationFleet": "genai_constructs.fleets",
     "EmbeddingBatchFleet": "genai_constructs.fleets",
     "GpuInferenceFleet": "genai_constructs.fleets",
     "PrivateDataPath": "genai_constructs.network",
@@ -44,9 +59,11 @@ _CONSTRUCTS = {
 }
 
 __all__ = [
+    "AuroraVectorStore",
     "BatchTraffic",
     "ConfigurationError",
     "DeadlineUnreachableError",
+    "DocumentPreprocessingFleet",
     "EmbeddingBatchFleet",
     "EmbeddingPlan",
     "Estimate",
@@ -57,8 +74,11 @@ __all__ = [
     "ModelArtifact",
     "ModelDoesNotFitError",
     "ModelShape",
+    "OrchestrationPlan",
     "Precision",
+    "PreprocessingPlan",
     "PrivateDataPath",
+    "RagOrchestrationFleet",
     "RagTraffic",
     "RealtimeTraffic",
     "RetrievalService",
@@ -67,10 +87,14 @@ __all__ = [
     "StartupEstimate",
     "UnknownInstanceTypeError",
     "UnknownPresetError",
+    "VectorStorePlan",
     "estimate",
     "load_catalog",
     "plan_embedding",
     "plan_inference",
+    "plan_orchestration",
+    "plan_preprocessing",
+    "plan_vector_store",
     "time_to_serving",
 ]
 

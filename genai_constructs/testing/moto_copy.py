@@ -83,6 +83,7 @@ def assembly_for_moto(
     substituted, literal strings replaced (certificate ARNs); returns it and what was removed."""
     copy = Path(tempfile.mkdtemp(prefix="cdk-moto-assembly-")) / "cdk.out"
     shutil.copytree(assembly, copy)
+    skip_docker_image_assets(copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     removed: dict[str, list[tuple[str, str]]] = {}
     for artifact_id, artifact in manifest.get("artifacts", {}).items():
@@ -93,6 +94,7 @@ def assembly_for_moto(
         template = json.loads(path.read_text())
         stripped = strip_custom_resources(template)
         substituted = substitute_ssm_parameters(template, ssm_substitutes or {})
+        substituted += ["aurora instance"] * aurora_instances_for_moto(template)
         substituted += ["reference"] * substitute_unresolvedreferences(template)
         if replacements:
             template["Resources"] = _replace_strings(template.get("Resources", {}), replacements)
@@ -221,3 +223,49 @@ def substitute_ssm_parameters(template: dict[str, Any], substitutes: Mapping[str
             parameter["Default"] = substitutes[parameter["Default"]]
             changed.append(name)
     return changed
+
+
+def aurora_instances_for_moto(template: dict[str, Any]) -> int:
+    """Give each Aurora DB instance what moto needs to create it standalone, in place; return how many.
+
+    moto's CloudFormation creates ``AWS::RDS::DBInstance`` but not ``AWS::RDS::DBCluster`` (nor its parameter group),
+    and reads no ``DBClusterIdentifier``: an Aurora instance in a template takes its engine version, subnet group and
+    security groups from the cluster, and moto without them fails the stack (no default version for
+    ``aurora-postgresql``). In the deployed copy each instance gets them from its cluster's properties, so moto
+    creates one DB instance per template instance, in the cluster's subnet group; the verifiers read the real
+    template, and check the cluster's own settings there.
+    """
+    resources = template.get("Resources", {})
+    count = 0
+    for resource in resources.values():
+        if resource.get("Type") != "AWS::RDS::DBInstance":
+            continue
+        properties = resource.setdefault("Properties", {})
+        target = properties.get("DBClusterIdentifier")
+        cluster = resources.get(target.get("Ref")) if isinstance(target, dict) else None
+        if cluster is None or cluster.get("Type") != "AWS::RDS::DBCluster" or moto_creates("AWS::RDS::DBCluster"):
+            continue
+        cluster_properties = cluster.get("Properties", {})
+        del properties["DBClusterIdentifier"]
+        for key, value in (("EngineVersion", cluster_properties.get("EngineVersion")),
+                           ("DBSubnetGroupName", cluster_properties.get("DBSubnetGroupName")),
+                           ("VPCSecurityGroups", cluster_properties.get("VpcSecurityGroupIds")),
+                           ("StorageEncrypted", cluster_properties.get("StorageEncrypted")),
+                           ("KmsKeyId", cluster_properties.get("KmsKeyId"))):
+            if value is not None and key not in properties:
+                properties[key] = value
+        count += 1
+    return count
+
+
+def skip_docker_image_assets(copy: Path) -> int:
+    """Drop the container image assets (the CPU tiers' ``DockerImageAsset``) from the copy's asset manifests; return
+    how many. The local deploy has no docker daemon, so the CDK CLI could not build them; the templates keep the image
+    URI (moto's launch templates never pull it), and a real deploy builds and publishes the image."""
+    dropped = 0
+    for manifest in copy.glob("*.assets.json"):
+        data = json.loads(manifest.read_text())
+        dropped += len(data.get("dockerImages", {}))
+        if data.pop("dockerImages", None):
+            manifest.write_text(json.dumps(data, indent=1))
+    return dropped

@@ -1,0 +1,65 @@
+# Body of the CPU tiers' user data (the document preprocessing fleet and the RAG orchestration fleet).
+# genai_constructs.fleets._launch.render_cpu_tier_user_data puts "#!/bin/bash", a block of readonly, shell-quoted
+# settings and userdata/common.sh above this line; nothing inside this body is substituted.
+#
+# Settings: IMAGE_URI, AWS_REGION_NAME, CW_AGENT_CONFIG, SECRET_ARN ("" for none), STOP_TIMEOUT_S, and the arrays
+# SERVICE_NAMES and SERVICE_ARGS (one string of shell-quoted arguments after the image per service; the word
+# @AVAILABILITY_ZONE@ in them is replaced by this instance's zone from IMDSv2).
+readonly GENAI_ETC="${FS_ROOT}/etc/genai" LOG_DIR="${FS_ROOT}/var/log/genai"
+mkdir -p "${LOG_DIR}" "${GENAI_ETC}" "${FS_ROOT}/etc/systemd/system"
+exec >> "${LOG_DIR}/bootstrap.log" 2>&1
+log "bootstrap"
+# Docker and the CloudWatch agent from the Amazon Linux 2023 repositories (an S3 bucket the private data path's
+# gateway endpoint allows): the plain AL2023 AMI carries neither.
+if ! command -v docker > /dev/null 2>&1; then
+  dnf install -y --quiet docker amazon-cloudwatch-agent
+fi
+systemctl enable --now docker
+agent="${FS_ROOT}/opt/aws/amazon-cloudwatch-agent"
+mkdir -p "${agent}/etc"
+printf '%s' "${CW_AGENT_CONFIG}" > "${agent}/etc/genai-cpu-tier.json"
+"${agent}/bin/amazon-cloudwatch-agent-ctl" -a fetch-config -m ec2 -s -c "file:${agent}/etc/genai-cpu-tier.json"
+pull_image "${IMAGE_URI}"
+zone=$(imds placement/availability-zone) || die "no availability zone from IMDSv2"
+umask 077
+{
+  printf 'AWS_DEFAULT_REGION=%s\nAWS_REGION=%s\n' "${AWS_REGION_NAME}" "${AWS_REGION_NAME}"
+  if [[ -n "${SECRET_ARN}" ]]; then
+    # The database user and password, fetched at boot with the instance role (never in the user data or the template); the
+    # env file is root-only (umask 077) and docker passes it to the container's environment.
+    secret=$(aws secretsmanager get-secret-value --region "${AWS_REGION_NAME}" --secret-id "${SECRET_ARN}" \
+      --query SecretString --output text) || die "cannot read the database secret ${SECRET_ARN}"
+    # libpq reads PGUSER and PGPASSWORD from the environment ("Environment Variables", PostgreSQL documentation).
+    printf '%s' "${secret}" | python3 -c 'import json, sys; s = json.load(sys.stdin); print("PGUSER=" + s["username"]); print("PGPASSWORD=" + s["password"])'
+  fi
+} > "${GENAI_ETC}/cpu-tier.env"
+umask 022
+for i in "${!SERVICE_NAMES[@]}"; do
+  name=${SERVICE_NAMES[$i]}
+  args=${SERVICE_ARGS[$i]//@AVAILABILITY_ZONE@/${zone}}
+  # Host networking, and so the instance role, on purpose (the embedding worker's decision, embed_worker.sh): the
+  # programs are this library's own, they call SQS, S3, Secrets Manager and CloudWatch with the role, and the role
+  # holds nothing else; on a bridge network the IMDSv2 hop limit of 1 would leave them without credentials.
+  cat > "${FS_ROOT}/etc/systemd/system/genai-${name}.service" << UNIT
+[Unit]
+Description=genai-constructs ${name}
+After=network-online.target docker.service
+Requires=docker.service
+[Service]
+Restart=always
+RestartSec=5
+ExecStartPre=-/usr/bin/docker rm -f genai-${name}
+ExecStart=/usr/bin/docker run --rm --name genai-${name} --network host --read-only --tmpfs /tmp --env-file ${GENAI_ETC}/cpu-tier.env --log-driver none ${IMAGE_URI} ${args}
+ExecStop=/usr/bin/docker stop -t ${STOP_TIMEOUT_S} genai-${name}
+StandardOutput=append:${LOG_DIR}/${name}.log
+StandardError=append:${LOG_DIR}/${name}.log
+[Install]
+WantedBy=multi-user.target
+UNIT
+done
+systemctl daemon-reload
+for name in "${SERVICE_NAMES[@]}"; do
+  systemctl enable --now "genai-${name}.service"
+  log "started genai-${name}"
+done
+log "bootstrap done"
