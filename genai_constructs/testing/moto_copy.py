@@ -169,6 +169,15 @@ def local_certificates(server: MotoServer, templates: Mapping[str, dict[str, Any
     return {arn: str(local) for arn in arns}
 
 
+REF_IS_ARN: dict[str, str] = {
+    "AWS::SecretsManager::Secret": "secretsmanager",
+    "AWS::SecretsManager::SecretTargetAttachment": "secretsmanager",
+}
+"""Types moto's CloudFormation does not create whose ``Ref`` is an ARN (the secret's, for a target attachment:
+https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-secretsmanager-secrettargetattachment.html):
+their placeholder is ARN-shaped, because the consumers' IAM policies name them and moto validates policy ARNs."""
+
+
 def substitute_unresolvedreferences(template: dict[str, Any]) -> int:
     """Replace Ref/GetAtt that moto cannot resolve with placeholder strings, in place; return how many.
 
@@ -184,6 +193,9 @@ def substitute_unresolvedreferences(template: dict[str, Any]) -> int:
         if isinstance(value, dict):
             if set(value) == {"Ref"} and value["Ref"] in types and not moto_creates(types[value["Ref"]]):
                 count += 1
+                service = REF_IS_ARN.get(types[value["Ref"]])
+                if service is not None:  # an IAM policy naming it must still hold an ARN, or moto refuses it
+                    return f"arn:aws:{service}:us-east-1:123456789012:secret:local-{value['Ref']}"
                 return f"local/{value['Ref']}"
             if set(value) == {"Fn::GetAtt"}:
                 arg = value["Fn::GetAtt"]

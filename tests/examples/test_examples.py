@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
 from examples import STACK_NAMES
 from examples.certificates import PLACEHOLDER_CERTIFICATE_ARN
-from examples.rag import PLACEHOLDER_RETRIEVAL_SERVICE
 from tests.support import Synthesized, resources_of_type
 
 
@@ -38,7 +38,8 @@ def test_realtime_chat_keeps_a_warm_pool(examples_synth: Synthesized) -> None:
     assert resources_of_type(examples_synth.template(STACK_NAMES["realtime_chat"]), "AWS::AutoScaling::WarmPool")
 
 
-def test_chat_listeners_serve_https_with_the_certificate(examples_synth: Synthesized) -> None:
+def test_listeners_clients_call_serve_https_with_the_certificate(examples_synth: Synthesized) -> None:
+    # In the RAG stack clients call the orchestrators' listener; the chat fleet behind it answers only them.
     for name in ("realtime_chat", "large_model_chat", "rag"):
         Template.from_json(examples_synth.template(STACK_NAMES[name])).has_resource_properties(
             "AWS::ElasticLoadBalancingV2::Listener",
@@ -93,28 +94,46 @@ def test_batch_embedding_buckets_are_kms_encrypted(examples_synth: Synthesized) 
 # ---- RagStack ----------------------------------------------------------------------------------------------------
 
 
-def test_rag_fleets_share_the_same_zones(examples_synth: Synthesized) -> None:
+def _launch_user_data(template: dict[str, Any], prefix: str) -> str:
+    return json.dumps(_only(template, "AWS::EC2::LaunchTemplate", prefix)["LaunchTemplateData"]["UserData"])
+
+
+def test_rag_every_tier_runs_in_the_same_private_subnets(examples_synth: Synthesized) -> None:
+    # Every hop of the request and batch paths can stay inside one AZ only if every tier spans the same subnets.
     template = examples_synth.template(STACK_NAMES["rag"])
-    embed = _only(template, "AWS::AutoScaling::AutoScalingGroup", "Embed")
-    chat = _only(template, "AWS::AutoScaling::AutoScalingGroup", "Chat")
-    assert embed["VPCZoneIdentifier"] == chat["VPCZoneIdentifier"]
+    zones = {prefix: _only(template, "AWS::AutoScaling::AutoScalingGroup", prefix)["VPCZoneIdentifier"]
+             for prefix in ("Embed", "Chat", "Prep", "Rag")}
+    assert len({json.dumps(z, sort_keys=True) for z in zones.values()}) == 1, zones
+    (subnet_group,) = [r["Properties"] for r in resources_of_type(template, "AWS::RDS::DBSubnetGroup").values()]
+    assert sorted(json.dumps(s) for s in subnet_group["SubnetIds"]) == sorted(json.dumps(s) for s in zones["Rag"])
 
 
-def test_rag_retrieval_tier_gets_an_endpoint_in_the_same_subnets(examples_synth: Synthesized) -> None:
+def test_rag_store_has_one_reader_in_each_zone_of_the_orchestrators(examples_synth: Synthesized) -> None:
     template = examples_synth.template(STACK_NAMES["rag"])
-    (endpoint,) = [
-        e["Properties"]
-        for e in resources_of_type(template, "AWS::EC2::VPCEndpoint").values()
-        if e["Properties"].get("ServiceName") == PLACEHOLDER_RETRIEVAL_SERVICE
-    ]
-    chat = _only(template, "AWS::AutoScaling::AutoScalingGroup", "Chat")
-    assert endpoint["VpcEndpointType"] == "Interface"
-    assert endpoint["SubnetIds"] == chat["VPCZoneIdentifier"]
+    instances = resources_of_type(template, "AWS::RDS::DBInstance")
+    readers = [r["Properties"] for k, r in instances.items() if "Reader" in k]
+    assert len(instances) == 3 and len(readers) == 2  # a writer plus one reader per zone
+    assert len({json.dumps(r["AvailabilityZone"], sort_keys=True) for r in readers}) == 2
 
 
-def test_rag_exposes_the_retrieval_tier_s_zonal_names(examples_synth: Synthesized) -> None:
-    outputs = examples_synth.template(STACK_NAMES["rag"])["Outputs"]
-    assert "RetrievalDnsEntries" in outputs and "RetrievalZonalNames" in outputs
+def test_rag_orchestrators_read_their_zone_s_reader_and_stream_from_the_chat_fleet(examples_synth: Synthesized) -> None:
+    template = examples_synth.template(STACK_NAMES["rag"])
+    user_data = _launch_user_data(template, "Rag")
+    reader_ids = [k for k in resources_of_type(template, "AWS::RDS::DBInstance") if "Reader" in k]
+    assert user_data.count("--reader") >= 2 and all(reader in user_data for reader in reader_ids)
+    assert "--availability-zone" in user_data
+    (chat_alb,) = [k for k in resources_of_type(template, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+                   if k.startswith("Chat")]
+    assert chat_alb in user_data and "--inference" in user_data
+
+
+def test_rag_preprocessing_writes_chunks_where_the_embedding_fleet_is_notified(examples_synth: Synthesized) -> None:
+    template = examples_synth.template(STACK_NAMES["rag"])
+    user_data = _launch_user_data(template, "Prep")
+    (embed_input,) = [k for k in resources_of_type(template, "AWS::S3::Bucket") if k.startswith("EmbedInputBucket")]
+    assert "preprocess_worker" in user_data and embed_input in user_data
+    assert "--chunk-tokens" in user_data and "254" in user_data  # MiniLM's window less [CLS] and [SEP]
+    assert "vector_loader" in user_data  # the same CPU tier loads the vectors into the store
 
 
 def test_rag_index_bucket_is_the_embedding_output(examples_synth: Synthesized) -> None:
@@ -122,15 +141,6 @@ def test_rag_index_bucket_is_the_embedding_output(examples_synth: Synthesized) -
     assert [k for k in resources_of_type(template, "AWS::S3::Bucket") if k.startswith("EmbedOutputBucket")]
 
 
-def test_rag_chat_servers_receive_the_retrieval_tier_s_zonal_names(examples_synth: Synthesized) -> None:
-    import json
-
-    template = examples_synth.template(STACK_NAMES["rag"])
-    (chat_lt,) = [lt["Properties"] for key, lt in resources_of_type(template, "AWS::EC2::LaunchTemplate").items()
-                  if key.startswith("Chat")]
-    user_data = json.dumps(chat_lt["LaunchTemplateData"]["UserData"])
-    (endpoint_id,) = [key for key, e in resources_of_type(template, "AWS::EC2::VPCEndpoint").items()
-                      if e["Properties"].get("ServiceName") == PLACEHOLDER_RETRIEVAL_SERVICE]
-    # The container gets RETRIEVAL_DNS_ENTRIES, resolved from the retrieval endpoint's DnsEntries at deploy time.
-    assert "--env 'RETRIEVAL_DNS_ENTRIES=" in user_data
-    assert endpoint_id in user_data and "DnsEntries" in user_data
+def test_rag_outputs_name_where_documents_go_in_and_answers_come_out(examples_synth: Synthesized) -> None:
+    outputs = examples_synth.template(STACK_NAMES["rag"])["Outputs"]
+    assert "RawDocumentsBucket" in outputs and "AnswersUrl" in outputs
