@@ -734,7 +734,7 @@ def render_boot_script(renderer: str, settings: Mapping[str, str], body: str,
     ``shlex.quote``, so none can inject shell code; ``CW_AGENT_CONFIG``'s ``${aws:...}`` placeholders are marked for
     shellcheck), ``readonly -a`` for each array, then ``body``.
 
-    The embedding fleet's ``_user_data`` renders its settings the same way (one place for the quoting rule)."""
+    The embedding fleet's ``_user_data`` calls this too (one place for the quoting rule)."""
     lines = ["#!/bin/bash", f"# Rendered by {renderer}: settings, then the static body."]
     for name, value in settings.items():
         if name == "CW_AGENT_CONFIG":
@@ -810,11 +810,15 @@ NONCURRENT_VERSION_EXPIRATION = Duration.days(7)
 
 
 def access_log_bucket(scope: Construct, id: str = "AccessLogs", *,
-                      source: str = "the other buckets' server access logs") -> s3.Bucket:
+                      source: str = "the other buckets' server access logs", delivery: str = "log delivery",
+                      encryption_reason: str = "S3 server access log and ALB access log delivery support only SSE-S3 "
+                                               "on the destination bucket") -> s3.Bucket:
     """A bucket for ``source`` (S3 server access logs, ALB access logs): SSE-S3 (neither log delivery can write to
     SSE-KMS), TLS-only,
     versioned, kept ``ACCESS_LOG_RETENTION``, with the narrow acknowledgments for what it cannot be (logged into
-    itself, KMS-encrypted, replicated). The embedding fleet's ``AccessLogs`` bucket is the same bucket."""
+    itself, KMS-encrypted, replicated). ``delivery`` (what cannot target a KMS-encrypted bucket) and
+    ``encryption_reason`` word those acknowledgments for the logs the bucket takes: the embedding fleet's
+    ``AccessLogs`` bucket is this bucket, for S3 server access logs alone."""
     bucket = s3.Bucket(
         scope, id, encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN, versioned=True,
@@ -822,12 +826,11 @@ def access_log_bucket(scope: Construct, id: str = "AccessLogs", *,
                                           noncurrent_version_expiration=NONCURRENT_VERSION_EXPIRATION)])
     acknowledge(bucket, {
         "AwsSolutions-S1":
-            f"This bucket receives {source}; logging it into itself would loop (log delivery cannot target a "
+            f"This bucket receives {source}; logging it into itself would loop ({delivery} cannot target a "
             "KMS-encrypted bucket, hence SSE-S3)",
         **{f"{pack}-{rule}": reason for pack in ("NIST.800.53.R5", "HIPAA.Security") for rule, reason in (
             ("S3BucketLoggingEnabled", f"This bucket receives {source}; logging it into itself would loop"),
-            ("S3DefaultEncryptionKMS",
-             "S3 server access log and ALB access log delivery support only SSE-S3 on the destination bucket"),
+            ("S3DefaultEncryptionKMS", encryption_reason),
             ("S3BucketReplicationEnabled",
              "Access logs kept for incident review (ACCESS_LOG_RETENTION); a replica would double their cost for "
              "data that is not a system of record"),
@@ -840,8 +843,12 @@ def log_server_access(bucket: s3.Bucket, destination: s3.Bucket, prefix: str) ->
     """S3 server access logs of ``bucket`` into ``destination`` under ``prefix``, granted by bucket policy: the
     statement S3 documents ("Enabling Amazon S3 server access logging", https://docs.aws.amazon.com/AmazonS3/latest/
     userguide/enable-server-access-logging.html: the ``logging.s3.amazonaws.com`` principal, ``s3:PutObject`` on the
-    prefix, ``aws:SourceArn`` and ``aws:SourceAccount``), set directly so the template does not depend on the app's
-    ``serverAccessLogsUseBucketPolicy`` feature flag (the embedding fleet's ``_log_server_access``)."""
+    prefix, ``aws:SourceArn`` and ``aws:SourceAccount``).
+
+    Set here rather than through ``server_access_logs_bucket``: that property grants delivery by bucket policy only
+    under the ``@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy`` feature flag, and otherwise by the legacy
+    ``LogDeliveryWrite`` ACL with ``ObjectWriter`` ownership, so the template would depend on the app's cdk.json.
+    The statement is the one the flag produces."""
     resource = bucket.node.default_child
     assert isinstance(resource, s3.CfnBucket)
     resource.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
@@ -857,6 +864,25 @@ def queue_metric(queue: sqs.IQueue, name: str) -> cw.Metric:
     """An ``AWS/SQS`` metric of ``queue``, maximum per minute (the scaling and alarm period)."""
     return cw.Metric(namespace="AWS/SQS", metric_name=name, dimensions_map={"QueueName": queue.queue_name},
                      statistic="Maximum", period=Duration.minutes(1))
+
+
+def queue_not_empty_alarm(scope: Construct, id: str, *, queue: sqs.IQueue, description: str) -> cw.Alarm:
+    """An alarm as soon as ``queue`` (a dead-letter queue) holds a message: one minute at one or more visible.
+    Missing data (no messages ever sent) is not a breach."""
+    return cw.Alarm(
+        scope, id, metric=queue_metric(queue, "ApproximateNumberOfMessagesVisible"), threshold=1,
+        evaluation_periods=1, comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=description)
+
+
+def oldest_message_alarm(scope: Construct, *, queue: sqs.IQueue, threshold_s: float, description: str,
+                         id: str = "OldestMessageAgainstDeadlineAlarm") -> cw.Alarm:
+    """An alarm when ``queue``'s oldest message has waited ``threshold_s`` (a fraction of the deadline) for three
+    minutes: time enough to act before the deadline (raise max_instances). Missing data is not a breach."""
+    return cw.Alarm(
+        scope, id, metric=queue_metric(queue, "ApproximateAgeOfOldestMessage"), threshold=threshold_s,
+        evaluation_periods=3, comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=description)
 
 
 def group_in_service_metric(group_name: str) -> cw.Metric:
@@ -880,14 +906,18 @@ def queue_scaling(
     scope: Construct, *, group: autoscaling.AutoScalingGroup, queue: sqs.IQueue, backlog_per_instance: int,
     deadline_s: float, max_instances: int, warmup: Duration, scale_out_age: Duration,
     age_step_fractions: Sequence[float], scale_in_after: Duration, name: str,
+    scale_out_action: str = "add instances", scale_in_action: str = "scale to zero",
 ) -> QueueScaling:
-    """Scale ``group`` on its queue, as the embedding fleet does (its ``_scaling``):
+    """Scale ``group`` on its queue (the embedding fleet's GPU workers and the preprocessing fleet alike):
 
     1. target tracking on visible messages per in-service instance (metric math; AWS's "Scaling policy based on
        Amazon SQS", EC2 Auto Scaling user guide), ``backlog_per_instance`` each, scale-in disabled;
     2. steps on the age of the oldest message: one instance at ``scale_out_age`` (what starts the first from zero),
        a quarter of ``max_instances`` and then all of them at each of ``age_step_fractions`` of the deadline;
     3. to zero once the queue (visible and in flight) has been empty ``scale_in_after``.
+
+    ``name``, ``scale_out_action`` and ``scale_in_action`` word the two alarms' descriptions (what the operator
+    reads: "add workers" where the group's members are workers).
     """
     group_name = group.auto_scaling_group_name
     P = autoscaling.CfnScalingPolicy
@@ -926,7 +956,7 @@ def queue_scaling(
         threshold=base, evaluation_periods=2, datapoints_to_alarm=2,
         comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-        alarm_description=f"{name}: work has waited {int(base)} s or more; add instances (steps at "
+        alarm_description=f"{name}: work has waited {int(base)} s or more; {scale_out_action} (steps at "
                           f"{', '.join(str(int(t)) for t in thresholds)} s of a {int(deadline_s)} s deadline)")
     age_alarm.add_alarm_action(cw_actions.AutoScalingAction(age_scale_out))
     scale_in_to_zero = autoscaling.StepScalingAction(
@@ -942,7 +972,7 @@ def queue_scaling(
             period=Duration.minutes(1)),
         threshold=0, evaluation_periods=minutes, datapoints_to_alarm=minutes,
         comparison_operator=cw.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
-        alarm_description=f"{name}: the queue has been empty for {minutes} minutes; scale to zero")
+        alarm_description=f"{name}: the queue has been empty for {minutes} minutes; {scale_in_action}")
     queue_empty_alarm.add_alarm_action(cw_actions.AutoScalingAction(scale_in_to_zero))
     return QueueScaling(backlog_policy=backlog_policy, age_scale_out=age_scale_out, age_alarm=age_alarm,
                         age_step_thresholds_s=thresholds, scale_in_to_zero=scale_in_to_zero,

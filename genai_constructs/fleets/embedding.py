@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from pathlib import Path
 from typing import cast
 
@@ -26,7 +25,6 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_s3_notifications as s3n
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from genai_constructs.errors import ConfigurationError
@@ -57,18 +55,18 @@ MIN_VISIBILITY_TIMEOUT = Duration.minutes(2)
 """Floor on the timeout: a worker's first batch includes loading the model onto the GPU."""
 MAX_VISIBILITY_TIMEOUT = Duration.hours(12)
 """SQS's maximum visibility timeout."""
-QUEUE_RETENTION = Duration.days(14)
-"""SQS's maximum: a backlog waiting for Spot capacity or a paused fleet must not expire."""
-LONG_POLL = Duration.seconds(20)
-"""SQS's maximum long-poll wait: fewest empty receives, lowest cost."""
+QUEUE_RETENTION = _launch.WORK_QUEUE_RETENTION
+"""SQS's maximum: a backlog waiting for Spot capacity or a paused fleet must not expire (``_launch.work_queues``)."""
+LONG_POLL = _launch.WORK_QUEUE_LONG_POLL
+"""SQS's maximum long-poll wait: fewest empty receives, lowest cost (``_launch.work_queues``)."""
 INPUT_EXPIRATION = Duration.days(30)
 """Objects under the input prefix are staging copies: deleted a month after upload, far past any deadline."""
-NONCURRENT_VERSION_EXPIRATION = Duration.days(7)
+NONCURRENT_VERSION_EXPIRATION = _launch.NONCURRENT_VERSION_EXPIRATION
 """A retried message overwrites its output; the superseded version is kept a week for audit, then deleted."""
 ABORT_INCOMPLETE_UPLOADS = Duration.days(1)
 """Parts of a multipart upload that never completed cost storage and are invisible: drop them after a day."""
-ACCESS_LOG_RETENTION = Duration.days(90)
-"""Three months of server access logs for the staging buckets."""
+ACCESS_LOG_RETENTION = _launch.ACCESS_LOG_RETENTION
+"""Three months of server access logs for the staging buckets (``_launch.access_log_bucket``)."""
 METRIC_PERIOD = Duration.minutes(1)
 """SQS and Auto Scaling group metrics are per minute, and the workers publish every minute."""
 METRIC_NAMESPACE = "GenaiConstructs/Embedding"
@@ -97,7 +95,7 @@ DEFAULT_WORKER_IMAGE_TAG = "2.6.0-transformers4.51.3-gpu-py312-cu124-ubuntu22.04
 shipped in the user data. Pin another tag (or your own image) with worker_image_tag / worker_image_repository."""
 WORKER_STOP_TIMEOUT_S = 100
 """A worker gets 100 s after SIGTERM to hand messages back: inside Spot's two-minute notice."""
-NOTIFICATIONS_HANDLER_ID = "BucketNotificationsHandler050a0587b7544547bf325f094a3db834"
+NOTIFICATIONS_HANDLER_ID = _launch.NOTIFICATIONS_HANDLER_ID
 """The stack-level singleton CDK creates for bucket notifications (aws-s3 NotificationsResourceHandler)."""
 USER_DATA_LIMIT_BYTES = 16 * 1024
 """EC2's limit on raw user data."""
@@ -241,27 +239,11 @@ class EmbeddingBatchFleet(Construct):
         # ---- 1. Staging ----------------------------------------------------------------------------------------
         self.access_log_bucket: s3.Bucket | None = None
         if input_bucket is None or output_bucket is None:
-            self.access_log_bucket = s3.Bucket(
-                self, "AccessLogs", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True,
-                block_public_access=s3.BlockPublicAccess.BLOCK_ALL, removal_policy=RemovalPolicy.RETAIN,
-                versioned=True,
-                lifecycle_rules=[s3.LifecycleRule(expiration=ACCESS_LOG_RETENTION,
-                                                  noncurrent_version_expiration=NONCURRENT_VERSION_EXPIRATION)])
-            _launch.acknowledge(self.access_log_bucket, {
-                "AwsSolutions-S1":
-                    "This bucket receives the staging buckets' server access logs; logging it into itself would loop "
-                    "(S3 server access logs cannot target a KMS-encrypted bucket, hence SSE-S3)",
-                **{f"{pack}-{rule}": reason for pack in ("NIST.800.53.R5", "HIPAA.Security") for rule, reason in (
-                    ("S3BucketLoggingEnabled",
-                     "This bucket receives the staging buckets' server access logs; logging it into itself would "
-                     "loop"),
-                    ("S3DefaultEncryptionKMS",
-                     "S3 server access log delivery supports only SSE-S3 on the destination bucket, not SSE-KMS"),
-                    ("S3BucketReplicationEnabled",
-                     "Access logs kept for incident review (ACCESS_LOG_RETENTION); a replica would double their "
-                     "cost for data that is not a system of record"),
-                )},
-            })
+            self.access_log_bucket = _launch.access_log_bucket(
+                self, "AccessLogs", source="the staging buckets' server access logs",
+                delivery="S3 server access logs",
+                encryption_reason="S3 server access log delivery supports only SSE-S3 on the destination bucket, "
+                                  "not SSE-KMS")
         self.input_bucket: s3.IBucket = input_bucket or s3.Bucket(
             self, "InputBucket", encryption=s3.BucketEncryption.KMS, encryption_key=self.encryption_key,
             bucket_key_enabled=True, enforce_ssl=True, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
@@ -284,7 +266,8 @@ class EmbeddingBatchFleet(Construct):
         for created_bucket, log_prefix in ((input_bucket is None and self.input_bucket, "input/"),
                                            (output_bucket is None and self.output_bucket, "output/")):
             if isinstance(created_bucket, s3.Bucket):
-                self._log_server_access(created_bucket, log_prefix)
+                assert self.access_log_bucket is not None  # made above whenever the fleet makes a bucket
+                _launch.log_server_access(created_bucket, self.access_log_bucket, log_prefix)
         for created, why in (
             (input_bucket is None and self.input_bucket,
              "Staged copies of documents whose system of record is elsewhere; a lost region means re-staging them"),
@@ -302,32 +285,13 @@ class EmbeddingBatchFleet(Construct):
         # bucket is encrypted with the fleet key; one key for both would make the key and the bucket a cycle.
         self.queue_key = kms.Key(self, "QueueKey", enable_key_rotation=True,
                                  description=f"{_NAME} {self.node.path}: input and dead-letter queues")
-        self.dead_letter_queue = sqs.Queue(
-            self, "DeadLetterQueue", encryption=sqs.QueueEncryption.KMS, encryption_master_key=self.queue_key,
-            enforce_ssl=True, retention_period=QUEUE_RETENTION)
-        self.queue = sqs.Queue(
-            self, "Queue", encryption=sqs.QueueEncryption.KMS, encryption_master_key=self.queue_key,
-            enforce_ssl=True, retention_period=QUEUE_RETENTION, receive_message_wait_time=LONG_POLL,
-            visibility_timeout=self.visibility_timeout,
-            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=max_receive_count))
+        self.queue, self.dead_letter_queue = _launch.work_queues(
+            self, key=self.queue_key, visibility_timeout=self.visibility_timeout, max_receive_count=max_receive_count)
         # S3 -> SQS for new objects under the input prefix; SqsDestination also lets s3.amazonaws.com use the
         # queue's key (GenerateDataKey, Decrypt) in the key policy, without which S3 cannot deliver.
         self.input_bucket.add_event_notification(
             s3.EventType.OBJECT_CREATED, s3n.SqsDestination(self.queue), s3.NotificationKeyFilter(prefix=input_prefix))
-        handler = Stack.of(self).node.try_find_child(NOTIFICATIONS_HANDLER_ID)
-        if handler is not None:
-            _launch.acknowledge(handler, {
-                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-                "AWSLambdaBasicExecutionRole]":
-                    "CDK's bucket-notifications handler (one per stack) runs only during deployment to call "
-                    "PutBucketNotificationConfiguration; CDK creates its role with this policy for its logs"})
-        notifications = self.input_bucket.node.try_find_child("Notifications")
-        if notifications is not None:
-            _launch.acknowledge(notifications, {
-                f"{pack}-IAMNoInlinePolicy":
-                    "CDK's bucket-notifications resource attaches this inline policy (s3:PutBucketNotification on "
-                    "this bucket) to its own handler role; CDK offers no customer-managed alternative"
-                for pack in ("NIST.800.53.R5", "HIPAA.Security")})
+        _launch.acknowledge_bucket_notifications(self.input_bucket)
 
         # ---- 6. IAM --------------------------------------------------------------------------------------------
         if worker_command:
@@ -501,12 +465,7 @@ class EmbeddingBatchFleet(Construct):
             "AUTO_SCALING_GROUP_NAME": self.auto_scaling_group_physical_name,
             "LIFECYCLE_HEARTBEAT_S": str(LIFECYCLE_HEARTBEAT_S),
         }
-        lines = ["#!/bin/bash", "# Rendered by genai_constructs.fleets.embedding: settings, then the static body."]
-        for name, value in settings.items():
-            if name == "CW_AGENT_CONFIG":
-                lines.append("# shellcheck disable=SC2016")
-            lines.append(f"readonly {name}={shlex.quote(value)}")
-        return "\n".join(lines) + "\n" + _USER_DATA_BODY
+        return _launch.render_boot_script("genai_constructs.fleets.embedding", settings, _USER_DATA_BODY)
 
     # ---- Scaling --------------------------------------------------------------------------------------------------
     def metric_approximate_number_of_messages_visible(self) -> cw.Metric:
@@ -529,94 +488,21 @@ class EmbeddingBatchFleet(Construct):
             period=Duration.minutes(1))
 
     def _scaling(self, traffic: BatchTraffic, scale_in_after: Duration) -> None:
-        group = self.auto_scaling_group
-        asg_name = group.auto_scaling_group_name
-        P = autoscaling.CfnScalingPolicy
-        # 1. Backlog per instance, metric math (AWS's "scaling based on Amazon SQS" pattern): scale out to keep each
-        # instance's share of the backlog finishable before the deadline. Scale-in is left to the empty-queue policy.
-        self.backlog_policy = autoscaling.CfnScalingPolicy(
-            self, "BacklogPerInstanceScaling", auto_scaling_group_name=asg_name,
-            policy_type="TargetTrackingScaling", estimated_instance_warmup=int(WORKER_START.to_seconds()),
-            target_tracking_configuration=P.TargetTrackingConfigurationProperty(
-                target_value=float(self.backlog_per_instance_target), disable_scale_in=True,
-                customized_metric_specification=P.CustomizedMetricSpecificationProperty(metrics=[
-                    P.TargetTrackingMetricDataQueryProperty(
-                        id="visible", return_data=False, metric_stat=P.TargetTrackingMetricStatProperty(
-                            stat="Sum", metric=P.MetricProperty(
-                                namespace="AWS/SQS", metric_name="ApproximateNumberOfMessagesVisible",
-                                dimensions=[P.MetricDimensionProperty(name="QueueName",
-                                                                      value=self.queue.queue_name)]))),
-                    P.TargetTrackingMetricDataQueryProperty(
-                        id="inservice", return_data=False, metric_stat=P.TargetTrackingMetricStatProperty(
-                            stat="Average", metric=P.MetricProperty(
-                                namespace="AWS/AutoScaling", metric_name="GroupInServiceInstances",
-                                dimensions=[P.MetricDimensionProperty(name="AutoScalingGroupName", value=asg_name)]))),
-                    P.TargetTrackingMetricDataQueryProperty(
-                        id="backlog", expression="visible / inservice", return_data=True,
-                        label="Backlog per instance"),
-                ])))
-        # 2. Age of the oldest message against the deadline (also what starts the first worker from zero).
-        deadline_s = traffic.deadline_hours * 3600
-        base = SCALE_OUT_AGE.to_seconds()
-        self.age_scale_out = autoscaling.StepScalingAction(
-            self, "AgeScaleOut", auto_scaling_group=group,
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            metric_aggregation_type=autoscaling.MetricAggregationType.MAXIMUM,
-            estimated_instance_warmup=WORKER_START)
-        bounds = [0.0] + [f * deadline_s - base for f in AGE_STEP_FRACTIONS if f * deadline_s > base]
-        changes = [1, max(1, math.ceil(self.max_instances / 4)), self.max_instances][: len(bounds)]
-        for i, (lower, change) in enumerate(zip(bounds, changes, strict=True)):
-            upper = bounds[i + 1] if i + 1 < len(bounds) else None
-            self.age_scale_out.add_adjustment(adjustment=change, lower_bound=lower, upper_bound=upper)
-        self.age_step_thresholds_s = [base + b for b in bounds]
-        self.age_alarm_for_scaling = cw.Alarm(
-            self, "OldestMessageScaleOutAlarm", metric=self.metric_approximate_age_of_oldest_message(),
-            threshold=base, evaluation_periods=2, datapoints_to_alarm=2,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{_NAME}: work has waited {int(base)} s or more; add workers (steps at "
-                              f"{', '.join(str(int(t)) for t in self.age_step_thresholds_s)} s of a "
-                              f"{int(deadline_s)} s deadline)")
-        self.age_alarm_for_scaling.add_alarm_action(cw_actions.AutoScalingAction(self.age_scale_out))
-        # 3. Scale in to zero only when the queue (visible and in flight) has been empty for scale_in_after.
-        self.scale_in_to_zero = autoscaling.StepScalingAction(
-            self, "ScaleInToZero", auto_scaling_group=group,
-            adjustment_type=autoscaling.AdjustmentType.EXACT_CAPACITY)
-        self.scale_in_to_zero.add_adjustment(adjustment=0, upper_bound=0)
-        minutes = max(1, math.ceil(scale_in_after.to_seconds() / 60))
-        self.queue_empty_alarm = cw.Alarm(
-            self, "QueueEmptyAlarm",
-            metric=cw.MathExpression(
-                expression="FILL(visible, 0) + FILL(inflight, 0)", label="Messages visible or in flight",
-                using_metrics={
-                    "visible": self.metric_approximate_number_of_messages_visible(),
-                    "inflight": self.queue.metric_approximate_number_of_messages_not_visible(
-                        period=Duration.minutes(1), statistic="Maximum")},
-                period=Duration.minutes(1)),
-            threshold=0, evaluation_periods=minutes, datapoints_to_alarm=minutes,
-            comparison_operator=cw.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
-            alarm_description=f"{_NAME}: the queue has been empty for {minutes} minutes; scale the workers to zero")
-        self.queue_empty_alarm.add_alarm_action(cw_actions.AutoScalingAction(self.scale_in_to_zero))
-
-    def _log_server_access(self, bucket: s3.Bucket, prefix: str) -> None:
-        """S3 server access logs of ``bucket`` into the access-log bucket under ``prefix``, granted by bucket policy.
-
-        Set here rather than through ``server_access_logs_bucket``: that property grants delivery by bucket policy
-        only under the ``@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy`` feature flag, and otherwise by the legacy
-        ``LogDeliveryWrite`` ACL with ``ObjectWriter`` ownership, so the template would depend on the app's
-        cdk.json. The statement is the one S3 documents ("Enabling Amazon S3 server access logging": the
-        ``logging.s3.amazonaws.com`` principal, ``s3:PutObject`` on the prefix, ``aws:SourceArn`` and
-        ``aws:SourceAccount`` conditions), the same the flag produces.
-        """
-        assert self.access_log_bucket is not None
-        resource = cast(s3.CfnBucket, bucket.node.default_child)
-        resource.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
-            destination_bucket_name=self.access_log_bucket.bucket_name, log_file_prefix=prefix)
-        self.access_log_bucket.add_to_resource_policy(iam.PolicyStatement(
-            principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")], actions=["s3:PutObject"],
-            resources=[self.access_log_bucket.arn_for_objects(f"{prefix}*")],
-            conditions={"ArnLike": {"aws:SourceArn": bucket.bucket_arn},
-                        "StringEquals": {"aws:SourceAccount": Stack.of(self).account}}))
+        """The three policies of ``_launch.queue_scaling``: backlog per instance against the deadline (scale-in left to
+        the empty-queue policy), the oldest message's age (also what starts the first worker from zero), and to zero
+        once the queue (visible and in flight) has been empty ``scale_in_after``."""
+        scaling = _launch.queue_scaling(
+            self, group=self.auto_scaling_group, queue=self.queue,
+            backlog_per_instance=self.backlog_per_instance_target, deadline_s=traffic.deadline_hours * 3600,
+            max_instances=self.max_instances, warmup=WORKER_START, scale_out_age=SCALE_OUT_AGE,
+            age_step_fractions=AGE_STEP_FRACTIONS, scale_in_after=scale_in_after, name=_NAME,
+            scale_out_action="add workers", scale_in_action="scale the workers to zero")
+        self.backlog_policy = scaling.backlog_policy
+        self.age_scale_out = scaling.age_scale_out
+        self.age_step_thresholds_s = scaling.age_step_thresholds_s
+        self.age_alarm_for_scaling = scaling.age_alarm
+        self.scale_in_to_zero = scaling.scale_in_to_zero
+        self.queue_empty_alarm = scaling.queue_empty_alarm
 
     # ---- Observability --------------------------------------------------------------------------------------------
     def _fleet_metric(self, name: str, statistic: str, label: str, period: Duration = METRIC_PERIOD) -> cw.Metric:
@@ -664,22 +550,14 @@ class EmbeddingBatchFleet(Construct):
         deadline_s = traffic.deadline_hours * 3600
         action = cw_actions.SnsAction(self.topic)
         alarms = {
-            "OldestMessageAgainstDeadline": cw.Alarm(
-                self, "OldestMessageAgainstDeadlineAlarm", metric=self.metric_approximate_age_of_oldest_message(),
-                threshold=AGE_ALARM_FRACTION * deadline_s, evaluation_periods=3,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"{_NAME}: the oldest message is half the {traffic.deadline_hours:g} h deadline "
-                                  "old; raise max_instances or allow on-demand capacity"),
-            "DeadLetterQueueNotEmpty": cw.Alarm(
-                self, "DeadLetterQueueNotEmptyAlarm",
-                metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
-                    period=Duration.minutes(1), statistic="Maximum"),
-                threshold=1, evaluation_periods=1,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"{_NAME}: a document failed {self.max_receive_count} times and sits in the "
-                                  "dead-letter queue; the worker log names the key and the reason"),
+            "OldestMessageAgainstDeadline": _launch.oldest_message_alarm(
+                self, queue=self.queue, threshold_s=AGE_ALARM_FRACTION * deadline_s,
+                description=f"{_NAME}: the oldest message is half the {traffic.deadline_hours:g} h deadline old; "
+                            "raise max_instances or allow on-demand capacity"),
+            "DeadLetterQueueNotEmpty": _launch.queue_not_empty_alarm(
+                self, "DeadLetterQueueNotEmptyAlarm", queue=self.dead_letter_queue,
+                description=f"{_NAME}: a document failed {self.max_receive_count} times and sits in the "
+                            "dead-letter queue; the worker log names the key and the reason"),
             "QueueDepth": cw.Alarm(
                 self, "QueueDepthAlarm", metric=self.metric_approximate_number_of_messages_visible(),
                 threshold=self.backlog_per_instance_target * self.max_instances, evaluation_periods=15,

@@ -377,30 +377,21 @@ class DocumentPreprocessingFleet(Construct):
 
     def _alarms(self, deadline_s: float) -> dict[str, cw.Alarm]:
         action = cw_actions.SnsAction(self.topic)
-
-        def not_empty(id: str, queue: sqs.IQueue, what: str) -> cw.Alarm:
-            return cw.Alarm(
-                self, id, metric=_launch.queue_metric(queue, "ApproximateNumberOfMessagesVisible"), threshold=1,
-                evaluation_periods=1, comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=f"{_NAME}: {what}")
-
         alarms = {
-            "DeadLetterQueueNotEmpty": not_empty(
-                "DeadLetterQueueNotEmptyAlarm", self.dead_letter_queue,
-                "a document could not be parsed or failed repeatedly; each message in the dead-letter queue names "
-                "the key and the reason"),
-            "OldestMessageAgainstDeadline": cw.Alarm(
-                self, "OldestMessageAgainstDeadlineAlarm", metric=self.metric_approximate_age_of_oldest_message(),
-                threshold=AGE_ALARM_FRACTION * deadline_s, evaluation_periods=3,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"{_NAME}: the oldest raw document is {AGE_ALARM_FRACTION:g} of the deadline old; "
-                                  "raise max_instances"),
+            "DeadLetterQueueNotEmpty": _launch.queue_not_empty_alarm(
+                self, "DeadLetterQueueNotEmptyAlarm", queue=self.dead_letter_queue,
+                description=f"{_NAME}: a document could not be parsed or failed repeatedly; each message in the "
+                            "dead-letter queue names the key and the reason"),
+            "OldestMessageAgainstDeadline": _launch.oldest_message_alarm(
+                self, queue=self.raw_queue, threshold_s=AGE_ALARM_FRACTION * deadline_s,
+                description=f"{_NAME}: the oldest raw document is {AGE_ALARM_FRACTION:g} of the deadline old; "
+                            "raise max_instances"),
         }
         if self.loader_dead_letter_queue is not None:
-            alarms["LoaderDeadLetterQueueNotEmpty"] = not_empty(
-                "LoaderDeadLetterQueueNotEmptyAlarm", self.loader_dead_letter_queue,
-                "a vectors object failed to load into the vector store repeatedly; the loader log names it")
+            alarms["LoaderDeadLetterQueueNotEmpty"] = _launch.queue_not_empty_alarm(
+                self, "LoaderDeadLetterQueueNotEmptyAlarm", queue=self.loader_dead_letter_queue,
+                description=f"{_NAME}: a vectors object failed to load into the vector store repeatedly; the loader "
+                            "log names it")
         for alarm in alarms.values():
             alarm.add_alarm_action(action)
         return alarms
