@@ -17,6 +17,7 @@ from typing import cast
 
 from aws_cdk import (
     Annotations,
+    ArnFormat,
     Aws,
     Duration,
     Names,
@@ -41,7 +42,7 @@ from constructs import Construct, IConstruct
 
 from genai_constructs.errors import ConfigurationError, GenaiConstructsError
 from genai_constructs.fleets import _launch, _region
-from genai_constructs.fleets.rollout import BlueGreenRollout, RolloutPolicy, RolloutSlot
+from genai_constructs.fleets.rollout import NO_RELEASE_YET, BlueGreenRollout, RolloutPolicy, RolloutSlot
 from genai_constructs.monitoring import (
     InferenceAlarmThresholds,
     InferenceFleetAlarmFactory,
@@ -186,7 +187,7 @@ PLAN_METADATA_KEY = "genai-constructs:plan"
 """Template metadata key on each Auto Scaling group: the plan figures the group was built from (JSON literals)."""
 BLUE, GREEN = "Blue", "Green"
 DEFAULT_ROLLOUT = RolloutPolicy()
-"""Blue/green by default whenever there are two slots: 5, 25, 50, 100 % with a 10-minute bake (fleets/rollout.py)."""
+"""Blue/green by default, for every fleet: 5, 25, 50, 100 % with a 10-minute bake (fleets/rollout.py)."""
 ROLLOUT_READY_MARGIN = 2.0
 """The rollout waits for the new slot's targets up to twice the modelled cold start (its instance refresh, then the
 launch through the warm pool and the launch hook): past that, something is wrong with the new version and traffic
@@ -211,6 +212,10 @@ class GpuInferenceFleet(Construct):
     :param model: the model served.
     :param traffic: the real-time traffic the fleet is planned for.
     :param model_artifact: where the weights and their sha256 manifest live; its ``version`` is the deployed version.
+        A sequence is the fleet's **release history**, oldest first: the last entry is the version that serves, and
+        release ``i`` lives in slot Blue when ``i`` is even, Green when odd (``slot_of_release``), so appending a
+        version puts it in the idle slot and starts a blue/green rollout, with no slot to name (docs/rollouts.md).
+        One ``ModelArtifact`` is a one-release history: Blue serves it, Green is idle.
     :param instance_type: override the planned instance type. Default: the plan's. An instance that cannot hold the
         model is an error naming the memory needed and available.
     :param min_instances: Default: the plan's (at least 2, across 2 AZs).
@@ -232,13 +237,17 @@ class GpuInferenceFleet(Construct):
     :param warm_pool: keep stopped, pre-loaded instances for fast scale-out. Default: True.
     :param spot: Spot instances. Default: False; not allowed with a warm pool.
     :param latency_is_the_product: place the fleet in a cluster placement group (one AZ). Default: False.
-    :param green_model_artifact: a second model version served by a second (green) target group.
+    :param green_model_artifact: the explicit form of a two-slot fleet: the version the green slot serves (with a
+        release history, the construct derives it). Default: none: the green slot is the idle twin of blue.
     :param green_traffic_percent: with ``rollout=None`` only: a fixed share of requests for the green target
         group, 0-100. Default: 0.
-    :param live_slot: with two slots, the slot that should serve every request ("Blue" or "Green"). Changing it
-        starts a blue/green rollout from the other slot (docs/rollouts.md). Default: "Blue".
-    :param rollout: how a new version takes traffic (steps, bake). Default: ``DEFAULT_ROLLOUT``; None keeps fixed
-        listener weights (``green_traffic_percent``) and no rollout machinery.
+    :param live_slot: the explicit form: the slot that should serve every request ("Blue" or "Green"). Changing it
+        starts a blue/green rollout from the other slot (docs/rollouts.md). Default: None: the slot of the last
+        release (Blue for one ``ModelArtifact``).
+    :param rollout: how a new version takes traffic (steps, bake). Default: ``DEFAULT_ROLLOUT``: every fleet has two
+        slots (Blue, Green) and the idle one costs nothing. None is the explicit opt-out, for a fleet that may mix
+        versions while it refreshes (a development stack): one slot, no rollout machinery, a new version rolls in
+        place by instance refresh; with ``green_model_artifact`` it keeps fixed weights (``green_traffic_percent``).
     :param health_check_grace_period: Default: ``HEALTH_CHECK_GRACE_AFTER_HOOK`` (the launch hook holds the
         instance until it serves, and the grace period starts after the hook).
     :param machine_image: pin an AMI. Default: the DLAMI from its public SSM parameter (see fleets/_launch.py).
@@ -257,7 +266,7 @@ class GpuInferenceFleet(Construct):
         network: PrivateDataPath,
         model: ModelShape,
         traffic: RealtimeTraffic,
-        model_artifact: ModelArtifact,
+        model_artifact: ModelArtifact | Sequence[ModelArtifact],
         instance_type: str | None = None,
         min_instances: int | None = None,
         max_instances: int | None = None,
@@ -275,7 +284,7 @@ class GpuInferenceFleet(Construct):
         latency_is_the_product: bool = False,
         green_model_artifact: ModelArtifact | None = None,
         green_traffic_percent: int = 0,
-        live_slot: str = BLUE,
+        live_slot: str | None = None,
         rollout: RolloutPolicy | None = DEFAULT_ROLLOUT,
         health_check_grace_period: Duration | None = None,
         machine_image: ec2.IMachineImage | None = None,
@@ -298,9 +307,16 @@ class GpuInferenceFleet(Construct):
             deletion_protection=deletion_protection, web_acl=web_acl)
         if "scope" in bad:  # nothing below can ask a stack for its region
             raise ConfigurationError(_NAME, problems)
+        blue_artifact = cast(ModelArtifact, model_artifact)  # checked just below, or reported among the problems
+        if "model_artifact" not in bad:
+            blue_artifact, green_model_artifact, live_slot = _release_slots(
+                tuple(model_artifact) if isinstance(model_artifact, (list, tuple)) else (cast(ModelArtifact,
+                                                                                             model_artifact),),
+                green_model_artifact=green_model_artifact, live_slot=live_slot, rollout=rollout, problems=problems)
+        live_slot = BLUE if live_slot is None else live_slot
         plan = _validate(
             problems=problems, bad=bad,
-            model=model, traffic=traffic, model_artifact=model_artifact, instance_type=instance_type,
+            model=model, traffic=traffic, model_artifact=blue_artifact, instance_type=instance_type,
             min_instances=min_instances, max_instances=max_instances, image_repository=image_repository,
             image_tag=image_tag, server_port=server_port, health_check_path=health_check_path,
             certificate=certificate, allow_plain_http=allow_plain_http, warm_pool=warm_pool, spot=spot,
@@ -357,7 +373,11 @@ class GpuInferenceFleet(Construct):
                            f"{DEFAULT_IMAGE_REPOSITORY}")
         self.image_uri = repository.repository_uri_for_tag(image_tag or DEFAULT_IMAGE_TAG)
 
-        artifacts = [model_artifact] + ([green_model_artifact] if green_model_artifact else [])
+        two_slots = rollout is not None or green_model_artifact is not None
+        self.idle_twin = two_slots and green_model_artifact is None
+        """True when the green slot only exists to receive the next release: it holds blue's version, idle at zero
+        instances, with no scaling policies and no warm pool (so it costs nothing)."""
+        artifacts = [blue_artifact] + ([green_model_artifact] if green_model_artifact else [])
         for artifact in artifacts:
             network.allow_bucket_name(artifact.bucket_name)
         # The health sidecar and the request proxy travel as a CDK asset: the proxy alone is larger than EC2's 16 KB
@@ -369,7 +389,7 @@ class GpuInferenceFleet(Construct):
         # Physical names fixed at synthesis: the boot script completes the launch hook of its own group by name.
         self._group_names = {
             slot: _launch.auto_scaling_group_name(self, f"AutoScalingGroup{'' if slot == BLUE else slot}")
-            for slot in ([BLUE, GREEN] if green_model_artifact else [BLUE])}
+            for slot in ([BLUE, GREEN] if two_slots else [BLUE])}
         self.instance_policy = self._instance_policy(artifacts, repository)
         self.role = iam.Role(
             self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -430,13 +450,13 @@ class GpuInferenceFleet(Construct):
         subnets = (ec2.SubnetSelection(subnets=network.subnets[:1]) if latency_is_the_product
                    else network.subnet_selection)
 
-        self.rollout_policy: RolloutPolicy | None = rollout if green_model_artifact is not None else None
-        """The blue/green rollout policy, when there are two slots and a rollout (else None)."""
+        self.rollout_policy: RolloutPolicy | None = rollout
+        """The blue/green rollout policy (None: the explicit opt-out)."""
         self.live_slot = live_slot
         self.slots: list[_Slot] = []
-        versions: list[tuple[str, ModelArtifact]] = [(BLUE, model_artifact)]
-        if green_model_artifact is not None:
-            versions.append((GREEN, green_model_artifact))
+        versions: list[tuple[str, ModelArtifact]] = [(BLUE, blue_artifact)]
+        if two_slots:
+            versions.append((GREEN, green_model_artifact or blue_artifact))
         for name, artifact in versions:
             self.slots.append(self._slot(
                 name, artifact, plan=plan, accelerator=accelerator, server_entrypoint=server_entrypoint,
@@ -486,7 +506,10 @@ class GpuInferenceFleet(Construct):
             auto_scaling_group_names=[s.auto_scaling_group.auto_scaling_group_name for s in self.slots],
             namespace=METRIC_NAMESPACE, fleet=self.fleet_name)
         for slot in self.slots:
-            self._scaling(slot, traffic)
+            if not (self.idle_twin and slot.name == GREEN):
+                # The twin's version is blue's: scaling it on that version's load would start instances that get
+                # no traffic. It scales once a release gives it a version of its own.
+                self._scaling(slot, traffic)
         self.latency_target = Duration.millis(traffic.p95_ttft_ms)
         self.alarms = InferenceFleetAlarmFactory(self, metrics=self.metrics, topic=self.topic).create(
             InferenceAlarmThresholds(
@@ -501,10 +524,13 @@ class GpuInferenceFleet(Construct):
             slot.name: alarm_factory.create_slot(
                 slot.name, model_version=slot.artifact.version, target_group=slot.target_group,
                 p95_time_to_first_token=Duration.millis(traffic.p95_ttft_ms),
-                p95_time_per_output_token=Duration.millis(traffic.tpot_target_ms))
+                p95_time_per_output_token=Duration.millis(traffic.tpot_target_ms),
+                # The twin's version alarms would judge blue's requests a second time, under green's name.
+                version_alarms=not (self.idle_twin and slot.name == GREEN))
             for slot in self.slots}
         """Each slot's own alarms (p95 TTFT and TPOT against the targets, its 5XX rate, unhealthy hosts): what a
         rollout bakes against and what an instance refresh of the slot rolls back on."""
+        self._refreshes: list[cr.AwsCustomResource] = []
         for slot in self.slots:
             self._instance_refresh(slot.auto_scaling_group, slot.launch_template, grace,
                                    "" if slot.name == BLUE else slot.name,
@@ -630,8 +656,13 @@ class GpuInferenceFleet(Construct):
         # the EBS root, in-service launches (and resumes) once the server answers.
         _launch.add_launch_hook(group, heartbeat_s=self.launch_hook_heartbeat_s)
         if warm_pool:
+            idle = self.rollout_policy is not None and name != self.live_slot
+            # The idle slot (the one the last release does not name) keeps no stopped instances: their EBS volumes
+            # would be paid for a slot that serves nothing. The deploy that names it live (the next release) gives
+            # it the full pool, filled with the new version before the rollout takes instances from it.
             group.add_warm_pool(pool_state=autoscaling.PoolState.STOPPED, reuse_on_scale_in=True,
-                                min_size=WARM_POOL_MIN_SIZE)
+                                min_size=0 if idle else WARM_POOL_MIN_SIZE,
+                                max_group_prepared_capacity=0 if idle else None)
             self._suspend_az_rebalance(group, suffix)
 
         target_group = elbv2.ApplicationTargetGroup(
@@ -645,11 +676,12 @@ class GpuInferenceFleet(Construct):
                 healthy_threshold_count=HEALTHY_THRESHOLD, unhealthy_threshold_count=UNHEALTHY_THRESHOLD))
         target_group.add_target(group)
         cast(autoscaling.CfnAutoScalingGroup, group.node.default_child).add_metadata(
-            PLAN_METADATA_KEY, self._plan_metadata(plan, artifact, warm_pool))
+            PLAN_METADATA_KEY, self._plan_metadata(plan, artifact, warm_pool, name))
         return _Slot(name=name, artifact=artifact, auto_scaling_group=group, target_group=target_group,
                      launch_template=launch_template)
 
-    def _plan_metadata(self, plan: InferencePlan, artifact: ModelArtifact, warm_pool: bool) -> dict[str, object]:
+    def _plan_metadata(self, plan: InferencePlan, artifact: ModelArtifact, warm_pool: bool,
+                       slot: str) -> dict[str, object]:
         """What the plan assumed, recorded on the group's template resource for tools that read the template (the
         fleet simulator, reviewers): plain literals only, never tokens."""
         traffic = plan.traffic
@@ -670,6 +702,9 @@ class GpuInferenceFleet(Construct):
             "time_to_serving_s": {path: estimate.total_s for path, estimate in self.time_to_serving.items()},
             "launch_hook_heartbeat_s": self.launch_hook_heartbeat_s,
             "metric_namespace": METRIC_NAMESPACE, "fleet": self.fleet_name,
+            # Which slot this group is, and which one the last release names (the simulator replays that one, and
+            # a rollout from the other).
+            "slot": slot, "live_slot": self.live_slot,
         }
 
     def _log_access(self, prefix: str) -> None:
@@ -800,8 +835,8 @@ class GpuInferenceFleet(Construct):
                           warmup: Duration, suffix: str, *, alarm_names: Sequence[str]) -> None:
         """Roll the group through an instance refresh whenever its launch template gets a new version.
 
-        What is not a model version on a blue/green fleet (an AMI, the agent configuration, server flags), and every
-        change of a one-slot fleet, changes the user data or the image, hence the launch template; CloudFormation
+        What is not a model version (an AMI, the agent configuration, server flags), and every change of a fleet
+        with ``rollout=None``, changes the user data or the image, hence the launch template; CloudFormation
         points the group at the new version without touching running instances, and this SDK call (re-run because
         the version number it carries changed) starts the refresh: new instances first (min healthy 100 %),
         checkpoints at 50 and 100 %, and the slot's own alarms as the rollback condition: with ``AutoRollback`` and an
@@ -838,7 +873,7 @@ class GpuInferenceFleet(Construct):
             physical_resource_id=cr.PhysicalResourceId.of(
                 f"InstanceRefresh-{launch_template.launch_template_id}-{launch_template.latest_version_number}"),
             ignore_error_codes_matching="InstanceRefreshInProgress")
-        self._sdk_call(
+        self._refreshes.append(self._sdk_call(
             f"InstanceRefresh{suffix}", group,
             # Nothing to roll when the group is created: its instances already run the first version.
             on_create=cr.AwsSdkCall(
@@ -866,7 +901,7 @@ class GpuInferenceFleet(Construct):
                             "resource-level permissions; ec2:RunInstances is limited by condition to launches "
                             "through this group's launch template (the check Auto Scaling makes when a request "
                             "names one), since its other resources (instance, volume, interface) have no ARN "
-                            "before launch")
+                            "before launch"))
 
     def _sdk_call(self, id: str, group: autoscaling.AutoScalingGroup | None, *, on_create: cr.AwsSdkCall | None = None,
                   on_update: cr.AwsSdkCall | None = None, statements: list[iam.PolicyStatement],
@@ -918,7 +953,12 @@ class GpuInferenceFleet(Construct):
                         group_name=slot.auto_scaling_group.auto_scaling_group_name,
                         target_group_arn=slot.target_group.target_group_arn,
                         alarm_names=tuple(a.alarm_name for a in self.slot_alarms[slot.name].values()),
-                        alarm_arns=tuple(a.alarm_arn for a in self.slot_alarms[slot.name].values()))
+                        # Built from the name, not GetAtt: the same ARN (CloudWatch API reference, "Amazon
+                        # Resource Names": arn:aws:cloudwatch:region:account:alarm:name), and one an emulator that
+                        # creates no alarm can still put in a policy.
+                        alarm_arns=tuple(Stack.of(self).format_arn(
+                            service="cloudwatch", resource="alarm", resource_name=a.alarm_name,
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME) for a in self.slot_alarms[slot.name].values()))
             for slot in self.slots)
         blue, green = rollout_slots
         ready_timeout_s = math.ceil(self.time_to_serving["cold"].total_s * ROLLOUT_READY_MARGIN
@@ -926,7 +966,10 @@ class GpuInferenceFleet(Construct):
         rollout = BlueGreenRollout(
             self, "Rollout", policy=policy, state_machine_name=f"{self.fleet_name[:71]}-rollout",
             listener_arn=self.listener.listener_arn, slots=(blue, green), topic_arn=self.topic.topic_arn,
-            min_instances=self.min_instances, ready_timeout_s=ready_timeout_s, encryption_key=self.encryption_key)
+            min_instances=self.min_instances, ready_timeout_s=ready_timeout_s, encryption_key=self.encryption_key,
+            lock_parameter_name=f"/genai-constructs/{self.fleet_name}/no-rollout-running",
+            warm_pool="warm" in self.time_to_serving)
+        check = self._rollout_lock_check(rollout)
         new, old = (green, blue) if self.live_slot == GREEN else (blue, green)
         live = self.slots[1] if self.live_slot == GREEN else self.slots[0]
         start = cr.AwsSdkCall(
@@ -937,9 +980,37 @@ class GpuInferenceFleet(Construct):
         trigger = self._sdk_call("StartRollout", None, on_create=start, on_update=start, statements=[
             iam.PolicyStatement(actions=["states:StartExecution"], resources=[rollout.state_machine_arn])])
         # The state machine must exist (the call names it by a constructed ARN, not a Ref); the listener and the
-        # groups it will change are already dependencies through the Refs in the input.
-        trigger.node.add_dependency(rollout.state_machine)
+        # groups it will change are already dependencies through the Refs in the input. The slots' instance refreshes
+        # start first, so an execution that finds the serving slot's version changed in place can roll its refresh
+        # back (rollout_definition, step 1b).
+        trigger.node.add_dependency(rollout.state_machine, check, *self._refreshes)
         return rollout
+
+    def _rollout_lock_check(self, rollout: BlueGreenRollout) -> cr.AwsCustomResource:
+        """Refuse a release while a rollout runs, before any launch template changes.
+
+        The rollout lock is an SSM parameter that exists only while no rollout runs (``rollout_definition``, step 1:
+        an execution deletes it, and puts it back when it ends). This deploy-time call reads it (``GetParameter``),
+        and both slots' launch templates depend on the call: during a rollout the parameter is gone, the read fails
+        with ``ParameterNotFound`` (Systems Manager API reference, GetParameter), and CloudFormation stops the update
+        before it gives any slot a new version (AWS CloudFormation user guide, "DependsOn attribute": a resource is
+        updated only after the resources it depends on). It re-runs whenever a release changes a slot's version or
+        the live slot (its physical id names them). Creating it writes the parameter: no rollout runs yet.
+        """
+        release = "-".join(f"{slot.name}={slot.artifact.version}" for slot in self.slots)
+        physical_id = cr.PhysicalResourceId.of(f"RolloutLockCheck-{release}-live={self.live_slot}")
+        check = self._sdk_call(
+            "RolloutLockCheck", None,
+            on_create=cr.AwsSdkCall(service="SSM", action="putParameter", physical_resource_id=physical_id,
+                                    parameters={"Name": rollout.lock_parameter_name, "Value": NO_RELEASE_YET,
+                                                "Type": "String", "Overwrite": True}),
+            on_update=cr.AwsSdkCall(service="SSM", action="getParameter", physical_resource_id=physical_id,
+                                    parameters={"Name": rollout.lock_parameter_name}),
+            statements=[iam.PolicyStatement(actions=["ssm:PutParameter", "ssm:GetParameter"],
+                                            resources=[rollout.lock_parameter_arn])])
+        for slot in self.slots:
+            slot.launch_template.node.add_dependency(check)
+        return check
 
     def _new_sdk_provider_role(self) -> tuple[iam.Role, logs.LogGroup]:
         """A role for CDK's SDK provider function with one customer-managed policy: write its own log group."""
@@ -1103,6 +1174,42 @@ def _replica_layout_problems(plan: InferencePlan, *, overridden: bool) -> list[s
     return problems
 
 
+def slot_of_release(index: int) -> str:
+    """The slot of release ``index`` of a release history (0 = the oldest): Blue when even, Green when odd.
+
+    Consecutive releases always land in different slots, so the newest goes to the slot the one before it does not
+    serve (the idle slot, once the previous rollout has finished) and the live slot's launch template never changes
+    version with a release: no deploy can put a new version behind the target group that serves."""
+    return BLUE if index % 2 == 0 else GREEN
+
+
+def _release_slots(
+    releases: tuple[ModelArtifact, ...], *, green_model_artifact: ModelArtifact | None, live_slot: str | None,
+    rollout: RolloutPolicy | None, problems: list[str],
+) -> tuple[ModelArtifact, ModelArtifact | None, str | None]:
+    """(blue's artifact, green's artifact or None, the live slot or None) from ``model_artifact``: one artifact
+    leaves the explicit arguments as they are; a release history of two or more decides all three."""
+    if len(releases) == 1:
+        return releases[0], green_model_artifact, live_slot
+    explicit = [name for name, value in (("green_model_artifact", green_model_artifact), ("live_slot", live_slot))
+                if value is not None]
+    if explicit:
+        problems.append(f"model_artifact is a release history of {len(releases)} versions and {' and '.join(explicit)} "
+                        f"{'is' if len(explicit) == 1 else 'are'} given too: the history decides each slot's version "
+                        f"and the live slot; drop {' and '.join(explicit)}")
+    if rollout is None:
+        problems.append("model_artifact is a release history and rollout is None: a history ships each version by a "
+                        "blue/green rollout; keep the default rollout, or pass one ModelArtifact with rollout=None")
+    last, before = releases[-1], releases[-2]
+    if last.version == before.version:
+        problems.append(f"model_artifact[-1].version ({last.version!r}) equals model_artifact[-2].version: a release "
+                        "is a new version; give it its own version (and prefix), or replace the last entry (a retry "
+                        "after a rollback) instead of appending")
+    latest = {slot_of_release(index): artifact for index, artifact in enumerate(releases)}  # later entries win
+    green = latest[GREEN] if last.version != before.version else None  # said once, above
+    return latest[BLUE], green, slot_of_release(len(releases) - 1) if rollout is not None else None
+
+
 def _validate(
     *, model: ModelShape, traffic: RealtimeTraffic, model_artifact: ModelArtifact, instance_type: str | None,
     min_instances: int | None, max_instances: int | None, image_repository: ecr.IRepository | None,
@@ -1259,8 +1366,17 @@ def _argument_types(
     record("traffic", checks.instance_of(
         problems, "traffic", traffic, RealtimeTraffic, allowed="a RealtimeTraffic",
         fix="e.g. traffic=RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20)"))
+    if isinstance(model_artifact, (list, tuple)):
+        wrong = [f"[{i}] ({type(a).__name__})" for i, a in enumerate(model_artifact) if not isinstance(a, ModelArtifact)]
+        record("model_artifact", bool(model_artifact) and not wrong)
+        if not model_artifact or wrong:
+            problems.append(f"model_artifact (a {type(model_artifact).__name__}) must be a ModelArtifact or a non-empty "
+                            f"release history of ModelArtifacts, oldest first{': not ' + ', '.join(wrong) if wrong else ''}"
+                            ": e.g. model_artifact=[v1, v2] (v2 serves; appending v3 rolls it out)")
     for argument, value, optional in (("model_artifact", model_artifact, False),
                                       ("green_model_artifact", green_model_artifact, True)):
+        if argument == "model_artifact" and isinstance(value, (list, tuple)):
+            continue
         record(argument, checks.instance_of(
             problems, argument, value, ModelArtifact, allowed="a ModelArtifact", optional=optional,
             fix=f"e.g. {argument}=ModelArtifact(bucket_name='my-models', prefix='llama-3.1-8b/') (the weights and "
@@ -1274,7 +1390,8 @@ def _argument_types(
     record("green_traffic_percent", checks.whole_number(
         problems, "green_traffic_percent", green_traffic_percent, minimum=None,
         fix="the share of requests for the green version, e.g. 10"))
-    record("live_slot", checks.text(problems, "live_slot", live_slot, fix=f"{BLUE!r} or {GREEN!r}"))
+    record("live_slot", checks.text(problems, "live_slot", live_slot, optional=True,
+                                    fix=f"{BLUE!r} or {GREEN!r}, or None for the slot of the last release"))
     record("rollout", checks.instance_of(
         problems, "rollout", rollout, RolloutPolicy, optional=True, allowed="a RolloutPolicy or None",
         fix="e.g. rollout=RolloutPolicy(steps=(5, 25, 50, 100), bake=Duration.minutes(10))"))

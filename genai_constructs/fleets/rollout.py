@@ -26,6 +26,7 @@ from constructs import Construct
 from genai_constructs.errors import ConfigurationError
 from genai_constructs.fleets import _launch
 from genai_constructs.network import _checks as checks
+from genai_constructs.planner.deployment import WARM_POOL_MIN_SIZE
 
 DEFAULT_STEPS: tuple[int, ...] = (5, 25, 50, 100)
 """Percent of requests on the new slot at each step. 5 % first: enough requests in a ten-minute bake for p95 latency
@@ -45,6 +46,10 @@ STATE_MACHINE_TIMEOUT = Duration.hours(24)
 """A rollout longer than a day is stuck; Step Functions fails the execution (its traffic stays where it was)."""
 ROLLOUT_LOG_RETENTION = logs.RetentionDays.ONE_YEAR
 """As the fleet's other logs: the rollout's history is part of the change record."""
+NO_RELEASE_YET = '{"slot":"none","version":"none"}'
+"""The rollout-lock parameter's first value (written when the fleet is created). While it exists (no rollout runs)
+the parameter holds the release that serves, as JSON ``{"slot": ..., "version": ...}``, written by every rollout's
+end: what the next execution compares its release with."""
 
 
 @dataclass(frozen=True)
@@ -122,39 +127,97 @@ def _capacity(group: str, *, min_size: str | int, desired: str | int) -> dict[st
     return parameters
 
 
-def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int) -> dict[str, Any]:
+def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int, warm_pool: bool = True) -> dict[str, Any]:
     """The Amazon States Language definition of a rollout (plain JSON: no tokens).
 
-    Input: ``listenerArn``, ``topicArn``, ``minInstances``, and ``oldSlot`` / ``newSlot`` each with ``name``,
-    ``version``, ``groupName``, ``targetGroupArn`` and (new slot) ``alarmNames``. The states, in order:
+    Input: ``listenerArn``, ``topicArn``, ``minInstances``, ``lockName``, and ``oldSlot`` / ``newSlot`` each with
+    ``name``, ``version``, ``groupName``, ``targetGroupArn`` and (new slot) ``alarmNames``. The states, in order:
 
-    1. Refuse a second rollout: ``ListExecutions`` of this state machine, RUNNING; more than this one fails the new
-       execution (notified) before it touches anything, so two rollouts never interleave.
+    1. Refuse a second rollout: read the release that serves from the fleet's rollout-lock SSM parameter
+       ``lockName``, then take the lock by deleting it (the parameter exists only while no rollout runs). Only one
+       caller can delete a parameter; the next gets ``ParameterNotFound`` (Systems Manager API reference,
+       DeleteParameter), so a second execution fails (notified) before it touches anything and two rollouts never
+       interleave. The deploy checks the same parameter before it changes a launch template (``GpuInferenceFleet``:
+       ``RolloutLockCheck``). Every end but a refusal puts the parameter back, with the release that serves then.
+    1b. Refuse a version changed in place: when the release names the slot that serves with another version (one
+       ``ModelArtifact`` edited instead of appended to the history, or an entry appended after a rollback), the
+       deploy has just started an instance refresh of the serving slot to the new version. The execution rolls that
+       refresh back at once (``RollbackInstanceRefresh``: the group returns to its previous launch template version
+       and the new instances go before their launch hook lets them serve; EC2 Auto Scaling user guide, "Undo changes
+       with a rollback"), says so on the topic, and fails ``InPlaceVersionChange``.
     2. Nothing to roll from: an old slot with no instances (the first deploy, or a redeploy after the rollout
        finished) ends the execution without moving traffic.
     3. Hold the old slot at its capacity (MinSize = its desired: scale-in may not shrink the place a rollback returns
        to), and bring the new slot to the same capacity once its own instance refresh (the new version's launch
        template, warm pool included) has finished: it launches through the warm pool and the launch hook, so an
        instance is in service only once its server answers (docs/gpu-inference-fleet.md, "Warm pool").
+       With ``warm_pool``, first wait until the new slot's warm pool holds that many prepared, stopped instances
+       (``DescribeWarmPool``, ``Warmed:Stopped``): the deploy has only just filled it.
     4. Wait until the new target group has that many healthy targets (at most ``ready_timeout_s``, else roll back).
     5. Each step: set the listener's weights, then bake, reading the new slot's alarms every ``alarm_poll``; an alarm
        in ALARM rolls back at once.
     6. After the last bake: the new slot keeps the fleet's minimum, the old slot scales to zero, a notification.
 
-    Roll back: every request to the old slot (one ``ModifyListener``), the new slot to zero, a notification naming
-    the alarms (or the error) and the execution fails, so its status says what happened.
+    Roll back: every request to the old slot (one ``ModifyListener``), the new slot to zero, (with ``warm_pool``)
+    the old slot's warm pool back and the new slot's emptied (``PutWarmPool``: the template had given the pool to the
+    new slot), a notification naming the alarms (or the error) and the execution fails, so its status says what
+    happened.
     """
     bake_s = int(policy.bake.to_seconds())
     poll_s = int(policy.alarm_poll.to_seconds())
     ready_poll_s = int(READY_POLL.to_seconds())
+    def release_lock(name: str, serving: str, next_state: str) -> dict[str, Any]:
+        """Two states: record the release that serves (``serving``: "newSlot" or "oldSlot"), then put the lock back
+        holding it."""
+        return {
+            f"Record{name}": {"Type": "Pass", "ResultPath": "$.serving", "Next": f"ReleaseLock{name}",
+                              "Parameters": {"slot.$": f"$.{serving}.name", "version.$": f"$.{serving}.version"}},
+            f"ReleaseLock{name}": {
+                "Type": "Task", "Resource": _sdk("ssm", "putParameter"), "ResultPath": None, "Next": next_state,
+                "Parameters": {"Name.$": "$.lockName", "Value.$": "States.JsonToString($.serving)",
+                               "Type": "String", "Overwrite": True},
+                "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 2, "MaxAttempts": 5, "BackoffRate": 2}]},
+        }
+
+    refuse = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.lockError", "Next": "NotifyRefused"}]
     states: dict[str, Any] = {
-        "RefuseIfAnotherRolloutRuns": _task(
-            "sfn", "listExecutions",
-            {"StateMachineArn.$": "$$.StateMachine.Id", "StatusFilter": "RUNNING", "MaxResults": 2},
-            "OnlyThisRollout", result_selector={"running.$": "$.Executions"}, result_path="$.lock", catch=False),
-        "OnlyThisRollout": {"Type": "Choice", "Choices": [
-            {"Variable": "$.lock.running[1]", "IsPresent": True, "Next": "NotifyRefused"}],
+        "ReadServingRelease": {
+            "Type": "Task", "Resource": _sdk("ssm", "getParameter"), "Parameters": {"Name.$": "$.lockName"},
+            "ResultSelector": {"release.$": "States.StringToJson($.Parameter.Value)"}, "ResultPath": "$.last",
+            "Next": "TakeRolloutLock", "Catch": refuse},
+        "TakeRolloutLock": {
+            "Type": "Task", "Resource": _sdk("ssm", "deleteParameter"), "Parameters": {"Name.$": "$.lockName"},
+            "ResultPath": None, "Next": "WasAVersionChangedInPlace",
+            # No retry: ParameterNotFound means another rollout holds the lock; a throttled call refuses too, and
+            # says so, having changed nothing.
+            "Catch": refuse},
+        "WasAVersionChangedInPlace": {"Type": "Choice", "Choices": [
+            {"And": [{"Variable": "$.last.release.slot", "StringEqualsPath": "$.newSlot.name"},
+                     {"Not": {"Variable": "$.last.release.version", "StringEqualsPath": "$.newSlot.version"}}],
+             "Next": "UndoInPlaceRefresh"}],
             "Default": "ReadOldSlot"},
+        "UndoInPlaceRefresh": {
+            "Type": "Task", "Resource": _sdk("autoscaling", "rollbackInstanceRefresh"),
+            "Parameters": {"AutoScalingGroupName.$": "$.newSlot.groupName"}, "ResultPath": None,
+            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 2, "MaxAttempts": 3, "BackoffRate": 2}],
+            # A refresh that has already ended cannot be rolled back; say so in the notification.
+            "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.undoError", "Next": "NotifyInPlace"}],
+            "Next": "NotifyInPlace"},
+        "NotifyInPlace": {
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "ReleaseLockInPlace",
+            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Release refused: a version changed in place",
+                           "Message.$": "States.Format('Version {} was deployed to slot {}, which serves version {}: "
+                                        "its instance refresh was rolled back, so the slot keeps serving {}. Ship a "
+                                        "version by appending it to model_artifact (the release history), never by "
+                                        "editing the serving entry (docs/rollouts.md).', $.newSlot.version, "
+                                        "$.newSlot.name, $.last.release.version, $.last.release.version)"}},
+        "ReleaseLockInPlace": {
+            "Type": "Task", "Resource": _sdk("ssm", "putParameter"), "ResultPath": None, "Next": "RefusedInPlace",
+            "Parameters": {"Name.$": "$.lockName", "Value.$": "States.JsonToString($.last.release)",
+                           "Type": "String", "Overwrite": True},
+            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 2, "MaxAttempts": 5, "BackoffRate": 2}]},
+        "RefusedInPlace": {"Type": "Fail", "Error": "InPlaceVersionChange",
+                           "Cause": "The release changed the serving slot's version; its refresh was rolled back"},
         "NotifyRefused": {
             "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "Refused",
             "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout refused: another rollout is running",
@@ -170,7 +233,8 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int) -> dict[s
             result_path="$.oldCapacity", catch=False),
         "AnythingToRollFrom": {"Type": "Choice", "Choices": [
             {"Variable": "$.oldCapacity.desired", "NumericGreaterThan": 0, "Next": "HoldOldSlot"}],
-            "Default": "NothingToRollFrom"},
+            "Default": "RecordNothingToRollFrom"},
+        **release_lock("NothingToRollFrom", "newSlot", "NothingToRollFrom"),
         "NothingToRollFrom": {"Type": "Succeed", "Comment": "The old slot has no instances: no traffic to move"},
         "HoldOldSlot": _task("autoscaling", "updateAutoScalingGroup",
                              _capacity("oldSlot", min_size="$.oldCapacity.desired", desired="$.oldCapacity.desired"),
@@ -184,13 +248,14 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int) -> dict[s
         # A comparison on a path that is absent fails the execution (States.Runtime), so presence is its own state.
         "AnyRefresh": {"Type": "Choice", "Choices": [
             {"Variable": "$.ready.waited", "NumericGreaterThanEquals": ready_timeout_s, "Next": "NewSlotNotReady"},
-            {"Variable": "$.refresh.latest[0]", "IsPresent": False, "Next": "ScaleUpNewSlot"}],
+            {"Variable": "$.refresh.latest[0]", "IsPresent": False,
+             "Next": "ReadNewSlotPool" if warm_pool else "ScaleUpNewSlot"}],
             "Default": "NewSlotRefreshed"},
         "NewSlotRefreshed": {"Type": "Choice", "Choices": [
             {"Or": [{"Variable": "$.refresh.latest[0].Status", "StringEquals": "Pending"},
                     {"Variable": "$.refresh.latest[0].Status", "StringEquals": "InProgress"}],
              "Next": "WaitForNewSlot"}],
-            "Default": "ScaleUpNewSlot"},
+            "Default": "ReadNewSlotPool" if warm_pool else "ScaleUpNewSlot"},
         "ScaleUpNewSlot": _task("autoscaling", "updateAutoScalingGroup",
                                 _capacity("newSlot", min_size="$.oldCapacity.desired",
                                           desired="$.oldCapacity.desired"),
@@ -211,7 +276,8 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int) -> dict[s
         "TickReadyClock": {"Type": "Pass", "ResultPath": "$.ready", "Next": "AfterReadyTick",
                            "Parameters": {"waited.$": f"States.MathAdd($.ready.waited, {ready_poll_s})"}},
         "AfterReadyTick": {"Type": "Choice", "Choices": [
-            {"Variable": "$.health", "IsPresent": True, "Next": "ReadNewSlotHealth"}],
+            {"Variable": "$.health", "IsPresent": True, "Next": "ReadNewSlotHealth"},
+            *([{"Variable": "$.pool", "IsPresent": True, "Next": "ReadNewSlotPool"}] if warm_pool else [])],
             "Default": "NewSlotRefreshes"},
         "NewSlotNotReady": {"Type": "Pass", "ResultPath": "$.failure", "Next": "RollBack", "Result": {
             "Error": "NewSlotNotReady",
@@ -247,11 +313,12 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int) -> dict[s
         "ScaleOldSlotToZero": _task("autoscaling", "updateAutoScalingGroup",
                                     _capacity("oldSlot", min_size=0, desired=0), "NotifyDone", catch=False),
         "NotifyDone": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "Done",
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RecordDone",
             "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout complete",
                            "Message.$": "States.Format('Rollout complete: version {} (slot {}) serves every request; "
                                         "slot {} (version {}) scales to zero.', $.newSlot.version, $.newSlot.name, "
                                         "$.oldSlot.name, $.oldSlot.version)"}},
+        **release_lock("Done", "newSlot", "Done"),
         "Done": {"Type": "Succeed"},
         # ---- Roll back: traffic first (one call), then capacity, then say why ------------------------------
         "RollBack": {
@@ -265,29 +332,70 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int) -> dict[s
             "Next": "ScaleNewSlotToZero"},
         "ScaleNewSlotToZero": {
             "Type": "Task", "Resource": _sdk("autoscaling", "updateAutoScalingGroup"), "ResultPath": None,
-            "Parameters": _capacity("newSlot", min_size=0, desired=0), "Next": "WhyRolledBack"},
+            "Parameters": _capacity("newSlot", min_size=0, desired=0),
+            "Next": "GiveTheWarmPoolBack" if warm_pool else "WhyRolledBack"},
         "WhyRolledBack": {"Type": "Choice", "Choices": [
             {"Variable": "$.failure", "IsPresent": True, "Next": "NotifyRolledBackOnError"}],
             "Default": "NotifyRolledBackOnAlarm"},
         "NotifyRolledBackOnAlarm": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RolledBack",
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RecordAfterRollBack",
             "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout rolled back: an alarm fired",
                            "Message.$": "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
                                         "slot {} (version {}) again. In ALARM: {}.', $.newSlot.version, "
                                         "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
                                         "States.JsonToString($.alarms.names))"}},
         "NotifyRolledBackOnError": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RolledBack",
+            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RecordAfterRollBack",
             "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout rolled back: a step failed",
                            "Message.$": "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
                                         "slot {} (version {}) again. Failure: {}.', $.newSlot.version, "
                                         "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
                                         "States.JsonToString($.failure))"}},
+        **release_lock("AfterRollBack", "oldSlot", "RolledBack"),
         "RolledBack": {"Type": "Fail", "Error": "RolledBack",
                        "Cause": "The new version was rolled back; the notification says why"},
     })
+    if warm_pool:
+        # The new slot's warm pool is filled by the deploy that names it live (the idle slot keeps none), each
+        # instance launched, prepared (weights and image on its volume) and stopped under the launch hook; scaling
+        # up before they are stopped and ready would launch cold (EC2 Auto Scaling user guide, "View warm pool
+        # instance states": Warmed:Pending until the hook completes, then Warmed:Stopped). Wait for them.
+        states.update({
+            "ReadNewSlotPool": _task(
+                "autoscaling", "describeWarmPool", {"AutoScalingGroupName.$": "$.newSlot.groupName"},
+                "CountPooled", result_selector={
+                    "ready.$": "$.Instances[?(@.LifecycleState == 'Warmed:Stopped')]"},
+                result_path="$.pool"),
+            "CountPooled": {"Type": "Pass", "Parameters": {"count.$": "States.ArrayLength($.pool.ready)"},
+                            "ResultPath": "$.pool", "Next": "NewSlotPoolReady"},
+            "NewSlotPoolReady": {"Type": "Choice", "Choices": [
+                {"Variable": "$.pool.count", "NumericGreaterThanEqualsPath": "$.oldCapacity.desired",
+                 "Next": "ScaleUpNewSlot"},
+                {"Variable": "$.ready.waited", "NumericGreaterThanEquals": ready_timeout_s,
+                 "Next": "NewSlotNotReady"}],
+                "Default": "WaitForNewSlot"},
+        })
+        # The deploy that started this rollout gave the new slot the warm pool and emptied the old one's
+        # (GpuInferenceFleet: the idle slot keeps no stopped instances); a rollback swaps them back, so the slot that
+        # serves again scales out warm and the failed version's stopped instances stop costing EBS.
+        states.update({
+            "GiveTheWarmPoolBack": {
+                "Type": "Task", "Resource": _sdk("autoscaling", "putWarmPool"), "ResultPath": None,
+                "Parameters": {"AutoScalingGroupName.$": "$.oldSlot.groupName", "MinSize": WARM_POOL_MIN_SIZE,
+                               "MaxGroupPreparedCapacity": -1, "PoolState": "Stopped",
+                               "InstanceReusePolicy": {"ReuseOnScaleIn": True}},
+                "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 2, "MaxAttempts": 3, "BackoffRate": 2}],
+                "Next": "EmptyTheNewSlotsWarmPool"},
+            "EmptyTheNewSlotsWarmPool": {
+                "Type": "Task", "Resource": _sdk("autoscaling", "putWarmPool"), "ResultPath": None,
+                "Parameters": {"AutoScalingGroupName.$": "$.newSlot.groupName", "MinSize": 0,
+                               "MaxGroupPreparedCapacity": 0, "PoolState": "Stopped",
+                               "InstanceReusePolicy": {"ReuseOnScaleIn": True}},
+                "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 2, "MaxAttempts": 3, "BackoffRate": 2}],
+                "Next": "WhyRolledBack"},
+        })
     return {"Comment": "Blue/green rollout of a model version (genai_constructs.fleets.rollout)",
-            "StartAt": "RefuseIfAnotherRolloutRuns", "TimeoutSeconds": int(STATE_MACHINE_TIMEOUT.to_seconds()),
+            "StartAt": "ReadServingRelease", "TimeoutSeconds": int(STATE_MACHINE_TIMEOUT.to_seconds()),
             "States": states}
 
 
@@ -309,11 +417,16 @@ class BlueGreenRollout(Construct):
 
     def __init__(self, scope: Construct, id: str, *, policy: RolloutPolicy, state_machine_name: str,
                  listener_arn: str, slots: tuple[RolloutSlot, RolloutSlot], topic_arn: str, min_instances: int | str,
-                 ready_timeout_s: int, encryption_key: kms.IKey) -> None:
+                 ready_timeout_s: int, encryption_key: kms.IKey, lock_parameter_name: str,
+                 warm_pool: bool = True) -> None:
         super().__init__(scope, id)
         self.policy = policy
-        self.definition = rollout_definition(policy, ready_timeout_s=ready_timeout_s)
+        self.definition = rollout_definition(policy, ready_timeout_s=ready_timeout_s, warm_pool=warm_pool)
         self._listener_arn, self._topic_arn, self._min_instances = listener_arn, topic_arn, min_instances
+        self.lock_parameter_name = lock_parameter_name
+        """The SSM parameter that exists only while no rollout runs (``rollout_definition``, step 1)."""
+        self.lock_parameter_arn = (f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}:{Aws.ACCOUNT_ID}:parameter"
+                                   f"{lock_parameter_name}")
         self.state_machine_name = state_machine_name
         self.state_machine_arn = (f"arn:{Aws.PARTITION}:states:{Aws.REGION}:{Aws.ACCOUNT_ID}:stateMachine:"
                                   f"{state_machine_name}")
@@ -326,8 +439,10 @@ class BlueGreenRollout(Construct):
             statements=[
                 iam.PolicyStatement(sid="ShiftWeights", actions=["elasticloadbalancing:ModifyListener"],
                                     resources=[listener_arn]),
-                iam.PolicyStatement(sid="SizeSlots", actions=["autoscaling:UpdateAutoScalingGroup"],
-                                    resources=group_arns),
+                iam.PolicyStatement(sid="SizeSlots", actions=[
+                    "autoscaling:UpdateAutoScalingGroup", "autoscaling:RollbackInstanceRefresh",
+                    *(["autoscaling:PutWarmPool"] if warm_pool else [])],
+                    resources=group_arns),
                 iam.PolicyStatement(sid="ReadAlarms", actions=["cloudwatch:DescribeAlarms"],
                                     resources=[arn for slot in slots for arn in slot.alarm_arns]),
                 iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[topic_arn]),
@@ -336,11 +451,12 @@ class BlueGreenRollout(Construct):
                 iam.PolicyStatement(sid="NotifyThroughTheTopicKey", actions=["kms:GenerateDataKey", "kms:Decrypt"],
                                     resources=[encryption_key.key_arn],
                                     conditions={"StringEquals": {"kms:ViaService": f"sns.{Aws.REGION}.amazonaws.com"}}),
-                iam.PolicyStatement(sid="OneRolloutAtATime", actions=["states:ListExecutions"],
-                                    resources=[self.state_machine_arn]),
+                iam.PolicyStatement(sid="OneRolloutAtATime", actions=[
+                    "ssm:GetParameter", "ssm:DeleteParameter", "ssm:PutParameter"],
+                                    resources=[self.lock_parameter_arn]),
                 iam.PolicyStatement(sid="ReadGroupsAndTargets", actions=[
                     "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeInstanceRefreshes",
-                    "elasticloadbalancing:DescribeTargetHealth"], resources=["*"]),
+                    "autoscaling:DescribeWarmPool", "elasticloadbalancing:DescribeTargetHealth"], resources=["*"]),
                 iam.PolicyStatement(sid="DeliverLogs", actions=[
                     "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery",
                     "logs:DeleteLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy",
@@ -353,8 +469,9 @@ class BlueGreenRollout(Construct):
         group_refs = [stack.resolve(name) for name in (slot.group_name for slot in slots)]
         findings = {
             "AwsSolutions-IAM5[Resource::*]": (
-                "autoscaling:DescribeAutoScalingGroups, autoscaling:DescribeInstanceRefreshes and "
-                "elasticloadbalancing:DescribeTargetHealth have no resource-level permissions; the CloudWatch Logs "
+                "autoscaling:DescribeAutoScalingGroups, autoscaling:DescribeInstanceRefreshes, "
+                "autoscaling:DescribeWarmPool and elasticloadbalancing:DescribeTargetHealth have no resource-level "
+                "permissions; the CloudWatch Logs "
                 "delivery actions Step Functions logging needs and the X-Ray actions of tracing require Resource * "
                 "(Step Functions developer guide, \"IAM policies for logging to CloudWatch Logs\")"),
         }
@@ -386,11 +503,11 @@ class BlueGreenRollout(Construct):
         """The JSON input the trigger starts the state machine with: traffic moves from ``old`` to ``new``."""
         return Stack.of(self).to_json_string(execution_input_document(
             listener_arn=self._listener_arn, topic_arn=self._topic_arn, min_instances=self._min_instances,
-            old=old, new=new))
+            lock_name=self.lock_parameter_name, old=old, new=new))
 
 
-def execution_input_document(*, listener_arn: str, topic_arn: str, min_instances: int | str, old: RolloutSlot,
-                             new: RolloutSlot) -> dict[str, Any]:
+def execution_input_document(*, listener_arn: str, topic_arn: str, min_instances: int | str, lock_name: str,
+                             old: RolloutSlot, new: RolloutSlot) -> dict[str, Any]:
     """The execution input ``rollout_definition`` reads (see its docstring): traffic moves from ``old`` to ``new``,
     judged by ``new``'s alarms."""
     def slot(s: RolloutSlot, alarms: bool) -> dict[str, Any]:
@@ -400,4 +517,4 @@ def execution_input_document(*, listener_arn: str, topic_arn: str, min_instances
             value["alarmNames"] = list(s.alarm_names)
         return value
     return {"listenerArn": listener_arn, "topicArn": topic_arn, "minInstances": min_instances,
-            "oldSlot": slot(old, False), "newSlot": slot(new, True)}
+            "lockName": lock_name, "oldSlot": slot(old, False), "newSlot": slot(new, True)}

@@ -110,12 +110,14 @@ class InferenceFleetAlarmFactory:
     def create_slot(self, slot: str, *, model_version: str, target_group: elbv2.ApplicationTargetGroup,
                     p95_time_to_first_token: Duration, p95_time_per_output_token: Duration,
                     http_5xx_rate_percent: float = HTTP_5XX_RATE_PERCENT, unhealthy_hosts: int = 1,
-                    ) -> dict[str, cw.Alarm]:
+                    version_alarms: bool = True) -> dict[str, cw.Alarm]:
         """One slot's own alarms, judged on its version's requests only (the ``ModelVersion`` dimension) and its own
         target group: p95 TTFT and p95 TPOT above the traffic's targets, its targets' 5XX rate, unhealthy hosts.
 
         These are what a blue/green rollout bakes against and what an instance refresh rolls back on. They notify
         the topic too, on ALARM and OK. Missing data is not breaching: a slot at zero instances serves nothing.
+        ``version_alarms=False`` leaves out the two latency alarms (a slot holding another slot's version would
+        judge that slot's requests again); the target-group alarms are the slot's own either way.
         """
         ttft_ms = p95_time_to_first_token.to_milliseconds()
         tpot_ms = p95_time_per_output_token.to_milliseconds()
@@ -126,6 +128,16 @@ class InferenceFleetAlarmFactory:
                                comparison, evaluation_periods=SLOT_EVALUATION_PERIODS,
                                datapoints_to_alarm=SLOT_DATAPOINTS_TO_ALARM)
 
+        target_group_alarms = {
+            "http_5xx_rate": alarm("Http5xxRateAlarm", self.metrics.metric_target_group_5xx_rate(target_group),
+                                   http_5xx_rate_percent,
+                                   f"more than {http_5xx_rate_percent:g} % of its requests answered 5XX"),
+            "unhealthy_hosts": alarm("UnhealthyHostsAlarm", self.metrics.metric_unhealthy_host_count(target_group),
+                                     unhealthy_hosts, f"{unhealthy_hosts} or more of its targets unhealthy",
+                                     cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD),
+        }
+        if not version_alarms:
+            return target_group_alarms
         return {
             "p95_ttft": alarm("P95TimeToFirstTokenAlarm",
                               self.metrics.metric_time_to_first_token("p95", model_version=model_version), ttft_ms,
@@ -133,12 +145,7 @@ class InferenceFleetAlarmFactory:
             "p95_tpot": alarm("P95TimePerOutputTokenAlarm",
                               self.metrics.metric_time_per_output_token("p95", model_version=model_version), tpot_ms,
                               f"p95 time per output token above the {tpot_ms:g} ms target"),
-            "http_5xx_rate": alarm("Http5xxRateAlarm", self.metrics.metric_target_group_5xx_rate(target_group),
-                                   http_5xx_rate_percent,
-                                   f"more than {http_5xx_rate_percent:g} % of its requests answered 5XX"),
-            "unhealthy_hosts": alarm("UnhealthyHostsAlarm", self.metrics.metric_unhealthy_host_count(target_group),
-                                     unhealthy_hosts, f"{unhealthy_hosts} or more of its targets unhealthy",
-                                     cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD),
+            **target_group_alarms,
         }
 
     def create(self, thresholds: InferenceAlarmThresholds) -> dict[str, cw.Alarm]:

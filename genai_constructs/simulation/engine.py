@@ -125,14 +125,22 @@ class _Step:
 
 
 class _Fleet:
-    def __init__(self, spec: FleetSpec, workload: Workload, label: str) -> None:
+    """One Auto Scaling group with its target group. ``requests`` shares one request stream between two groups (the
+    blue/green slots behind one listener: simulation/rollout.py); ``serving=False`` starts the group empty."""
+
+    def __init__(self, spec: FleetSpec, workload: Workload, label: str, *, requests: Requests | None = None,
+                 serving: bool = True) -> None:
         self.spec = spec
         self.workload = workload
         self.label = label
         plan = spec.plan
         self.model, notes = serving_model(plan, workload.mean_prompt, workload.mean_output)
         self.unmodelled = [*spec.unmodelled, *notes]
-        self.req = Requests(workload.arrivals, workload.prompts, workload.outputs, self.model)
+        self.req = requests or Requests(workload.arrivals, workload.prompts, workload.outputs, self.model)
+        self.min_size = spec.min_size
+        """MinSize now: the template's, until a rollout sizes the group (UpdateAutoScalingGroup)."""
+        self.warm_pool = spec.warm_pool
+        """The warm pool now: the template's, until a rollout swaps it (PutWarmPool)."""
         self.instances: list[Instance] = []
         self.servers: list[Instance] = []
         """Instances whose model server runs (serving or draining, wedged included)."""
@@ -144,7 +152,7 @@ class _Fleet:
         self.events: list[tuple[float, int, str, Instance]] = []
         self._seq = 0
         self.now = 0.0
-        self.desired = spec.desired_capacity
+        self.desired = spec.desired_capacity if serving else 0
         self.rr = 0
         figures = startup_figures()
         self.boot_s = figures["instance_boot_s"]
@@ -225,7 +233,7 @@ class _Fleet:
             self._schedule(self.now + wait, "serve", inst)
 
     def _pool_target(self) -> int:
-        pool = self.spec.warm_pool
+        pool = self.warm_pool
         if pool is None:
             return 0
         prepared = pool.max_group_prepared_capacity
@@ -234,7 +242,7 @@ class _Fleet:
 
     def _refill_pool(self, initial: bool = False) -> None:
         target = self._pool_target()
-        pool = self.spec.warm_pool
+        pool = self.warm_pool
         # Instances draining on their way back to the pool (ReuseOnScaleIn) fill it without a launch.
         returning = (sum(1 for s in self.servers if s.state == "draining" and not s.wedged)
                      if pool is not None and pool.reuse_on_scale_in else 0)
@@ -262,7 +270,7 @@ class _Fleet:
         if inst in self.servers:
             self.servers.remove(inst)
         self._remove_target(inst)
-        pool = self.spec.warm_pool
+        pool = self.warm_pool
         if pool is not None and pool.reuse_on_scale_in and not inst.wedged and len(self.pool) < self._pool_target():
             inst.state = "pool"
             inst.g, inst.stall, inst.busy_s, inst.busy_sampled_s = 0.0, 0.0, 0.0, 0.0
@@ -285,7 +293,7 @@ class _Fleet:
                 if inst.state == "pending":
                     self.pending.remove(inst)
                     inst.state = "terminated"
-                    if inst.from_pool and self.spec.warm_pool and self.spec.warm_pool.reuse_on_scale_in:
+                    if inst.from_pool and self.warm_pool and self.warm_pool.reuse_on_scale_in:
                         inst.state = "pool"
                         self.pool.append(inst)
                 else:
@@ -296,7 +304,7 @@ class _Fleet:
         self.peak = max(self.peak, len(self._in_group()))
 
     def _set_desired(self, desired: int) -> None:
-        desired = min(max(desired, self.spec.min_size), self.spec.max_size)
+        desired = min(max(desired, self.min_size), self.spec.max_size)
         if desired > self.desired:
             self.scale_outs += 1
         elif desired < self.desired:
@@ -473,53 +481,63 @@ class _Fleet:
         for m in [m for m in self.reporters if m < minute - self.store.retain_minutes]:
             del self.reporters[m]
 
-    def run(self, progress: Progress | None) -> SimulationReport:
+    def begin_second(self, sec: int) -> None:
+        """The start of second ``sec``: a scheduled wedge, then the events due (starts, health, the pool)."""
+        self.now = float(sec)
+        wedge_at = self.workload.wedge_at_s
+        if wedge_at is not None and sec == int(wedge_at):
+            self._wedge()
+        events = self.events
+        while events and events[0][0] <= sec:
+            _, _, kind, inst = heapq.heappop(events)
+            self._handle(kind, inst)
+
+    def end_second(self, sec: int) -> None:
+        """The rest of second ``sec``, once its arrivals are routed: the servers run, their completions become
+        metrics, drained instances leave, gauges every 10 s, and at each minute the alarms and the policies."""
         req = self.req
-        arrival = req.arrival
+        completed = req.completed
+        t1 = sec + 1.0
+        idle = float(self.spec.idle_timeout_s)
+        for inst in self.servers:
+            inst.advance(t1, idle)
+        if completed:
+            # Only this group's instances ran since the list was last emptied: these are its requests.
+            minute = sec // 60
+            ttft, tpot = req.ttft, req.tpot
+            self.store.put_many("TimeToFirstToken", minute, [ttft[i] * 1000.0 for i in completed])
+            self.store.put_many("TimePerOutputToken", minute,
+                                [tpot[i] * 1000.0 for i in completed if tpot[i] == tpot[i]])
+            completed.clear()
+        for inst in [s for s in self.servers if s.state == "draining"]:
+            if inst.outstanding <= 0 or t1 >= inst.drain_until:
+                self._finish(inst)
+        now_s = sec + 1
+        if now_s % GAUGE_INTERVAL_S == 0:
+            self._sample_gauges(now_s)
+        if now_s % 60 == 0:
+            self.now = float(now_s)
+            self._close_minute(now_s)
+            self._control(now_s)
+        preparing = sum(p.state == "pool-preparing" for p in self.pool)
+        self.running_s += len(self.servers) + len(self.pending) + preparing
+        self.stopped_s += len(self.pool) - preparing
+
+    def run(self, progress: Progress | None) -> SimulationReport:
+        arrival = self.req.arrival
         n_req = len(arrival)
         duration = int(math.ceil(self.workload.duration_s))
-        wedge_at = self.workload.wedge_at_s
-        idle = float(self.spec.idle_timeout_s)
-        events = self.events
-        store = self.store
-        completed = req.completed
-        ttft, tpot = req.ttft, req.tpot
         ri = 0
         report_every = max(60, duration // 100)
         for sec in range(duration):
-            self.now = float(sec)
-            if wedge_at is not None and sec == int(wedge_at):
-                self._wedge()
-            while events and events[0][0] <= sec:
-                _, _, kind, inst = heapq.heappop(events)
-                self._handle(kind, inst)
+            self.begin_second(sec)
             t1 = sec + 1.0
             while ri < n_req and arrival[ri] < t1:
                 self._route(ri)
                 ri += 1
-            for inst in self.servers:
-                inst.advance(t1, idle)
-            if completed:
-                minute = sec // 60
-                store.put_many("TimeToFirstToken", minute, [ttft[i] * 1000.0 for i in completed])
-                store.put_many("TimePerOutputToken", minute,
-                               [tpot[i] * 1000.0 for i in completed if tpot[i] == tpot[i]])
-                completed.clear()
-            for inst in [s for s in self.servers if s.state == "draining"]:
-                if inst.outstanding <= 0 or t1 >= inst.drain_until:
-                    self._finish(inst)
-            now_s = sec + 1
-            if now_s % GAUGE_INTERVAL_S == 0:
-                self._sample_gauges(now_s)
-            if now_s % 60 == 0:
-                self.now = float(now_s)
-                self._close_minute(now_s)
-                self._control(now_s)
-            preparing = sum(p.state == "pool-preparing" for p in self.pool)
-            self.running_s += len(self.servers) + len(self.pending) + preparing
-            self.stopped_s += len(self.pool) - preparing
-            if progress is not None and now_s % report_every == 0:
-                progress(now_s / duration)
+            self.end_second(sec)
+            if progress is not None and (sec + 1) % report_every == 0:
+                progress((sec + 1) / duration)
         if progress is not None:
             progress(1.0)
         return self._report(duration)
@@ -587,7 +605,7 @@ class _Fleet:
             usd=round(usd, 2), usd_instances=round(usd_instances, 2), usd_volumes=round(usd_volumes, 2),
             output_tokens=tokens, usd_per_million_tokens=round(usd / tokens * 1e6, 3) if tokens else None,
             peak_instances=self.peak, final_instances=len(self._in_group()),
-            min_size=self.spec.min_size, max_size=self.spec.max_size, cold_launches=self.cold_launches,
+            min_size=self.min_size, max_size=self.spec.max_size, cold_launches=self.cold_launches,
             warm_pool_resumes=self.resumes, instances_replaced=self.replaced,
             scale_out_activities=self.scale_outs, scale_in_activities=self.scale_ins,
             unmodelled=tuple(self.unmodelled),

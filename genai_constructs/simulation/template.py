@@ -236,6 +236,10 @@ class FleetSpec:
         policy = TargetTrackingPolicy("GpuUtilizationTracking", target_percent, (MetricQuery("gpu", metric),))
         return replace(self, target_tracking=(policy,), step_policies=())
 
+    def with_warm_pool_of(self, other: FleetSpec) -> FleetSpec:
+        """The same group with ``other``'s warm pool (a slot as it served before a release moved its pool)."""
+        return replace(self, warm_pool=other.warm_pool)
+
     def with_max_size(self, max_size: int) -> FleetSpec:
         """The same fleet allowed to grow to ``max_size`` (for sizing questions the template's maximum hides)."""
         return replace(self, max_size=max(max_size, self.min_size))
@@ -322,7 +326,8 @@ class _Reader:
 
     # ---- the fleet ----------------------------------------------------------------------------------------------
 
-    def fleet(self) -> FleetSpec:
+    def slots(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """The first fleet's slots (its groups carrying the plan metadata, one per slot), the live slot first."""
         groups = self.of_type("AWS::AutoScaling::AutoScalingGroup")
         fleets = [(lid, g) for lid, g in groups if isinstance((g.get("Metadata") or {}).get(PLAN_METADATA_KEY), Mapping)]
         if not fleets:
@@ -330,13 +335,30 @@ class _Reader:
                       else "it has no AWS::AutoScaling::AutoScalingGroup")
             raise TemplateReadError(f"the template holds no inference fleet to simulate: {detail}; synthesize a "
                                     "stack with a GpuInferenceFleet")
-        group_id, group = fleets[0]
-        for other_id, _ in fleets[1:]:
-            self.unmodelled.append(f"second fleet {other_id}: only the first fleet ({group_id}) is simulated")
+        first = fleets[0][1]["Metadata"][PLAN_METADATA_KEY].get("fleet")
+        # A blue/green fleet's two groups are its slots (same "fleet" in their metadata), not two fleets.
+        slots = [(lid, g) for lid, g in fleets
+                 if first and g["Metadata"][PLAN_METADATA_KEY].get("fleet") == first] or fleets[:1]
+        for other_id, _ in fleets:
+            if all(other_id != lid for lid, _ in slots):
+                self.unmodelled.append(f"second fleet {other_id}: only the first fleet ({slots[0][0]}) is simulated")
         for other_id, other in groups:
             if (other.get("Metadata") or {}).get(PLAN_METADATA_KEY) is None:
                 self.unmodelled.append(f"Auto Scaling group {other_id} has no {PLAN_METADATA_KEY} metadata (not an "
                                        "inference fleet): not simulated")
+        # The slot the last release names serves (metadata "live_slot"); the other waits at zero, so simulating the
+        # live one alone is exact outside a rollout.
+        return sorted(slots, key=lambda item: item[1]["Metadata"][PLAN_METADATA_KEY].get("slot") !=
+                      item[1]["Metadata"][PLAN_METADATA_KEY].get("live_slot", item[1]["Metadata"][
+                          PLAN_METADATA_KEY].get("slot")))
+
+    def fleet(self, slot: int = 0) -> FleetSpec:
+        """The fleet's live slot (``slot=0``), or its other slot (``slot=1``)."""
+        slots = self.slots()
+        if slot >= len(slots):
+            raise TemplateReadError("the template's fleet has one slot only: a rollout needs two (synthesize the "
+                                    "GpuInferenceFleet with its default rollout)")
+        group_id, group = slots[slot]
         props = self.props(group)
         group_name = props.get("AutoScalingGroupName")
         plan = self.plan(group_id, group["Metadata"][PLAN_METADATA_KEY])

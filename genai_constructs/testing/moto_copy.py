@@ -76,6 +76,28 @@ def strip_custom_resources(template: dict[str, Any]) -> list[tuple[str, str]]:
     return result
 
 
+def single_forward_listeners(template: dict[str, Any]) -> int:
+    """Turn weighted forward actions (``ForwardConfig`` with target groups and weights) into a plain forward to the
+    heaviest target group, in place; return how many changed. moto's CloudFormation parser reads only
+    ``TargetGroupArn`` from a forward action; the rollout state machine sets the weights through ModifyListener,
+    which moto does support (tests/runtime/test_rollout.py)."""
+    changed = 0
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") not in ("AWS::ElasticLoadBalancingV2::Listener",
+                                        "AWS::ElasticLoadBalancingV2::ListenerRule"):
+            continue
+        properties = resource.get("Properties", {})
+        for key in ("DefaultActions", "Actions"):
+            for action in properties.get(key, []):
+                groups = (action.get("ForwardConfig") or {}).get("TargetGroups")
+                if action.get("Type") == "forward" and groups and "TargetGroupArn" not in action:
+                    heaviest = max(groups, key=lambda g: g.get("Weight", 1))
+                    action["TargetGroupArn"] = heaviest["TargetGroupArn"]
+                    del action["ForwardConfig"]
+                    changed += 1
+    return changed
+
+
 def assembly_for_moto(
     assembly: Path, ssm_substitutes: Mapping[str, str] | None = None, replacements: Mapping[str, str] | None = None
 ) -> tuple[Path, dict[str, list[tuple[str, str]]]]:
@@ -93,12 +115,13 @@ def assembly_for_moto(
         path = copy / properties["templateFile"]
         template = json.loads(path.read_text())
         stripped = strip_custom_resources(template)
+        forwarded = single_forward_listeners(template)
         substituted = substitute_ssm_parameters(template, ssm_substitutes or {})
         substituted += ["aurora instance"] * aurora_instances_for_moto(template)
         substituted += ["reference"] * substitute_unresolvedreferences(template)
         if replacements:
             template["Resources"] = _replace_strings(template.get("Resources", {}), replacements)
-        if stripped or substituted or replacements:
+        if stripped or forwarded or substituted or replacements:
             path.write_text(json.dumps(template, indent=1))
         removed[properties.get("stackName", artifact_id)] = stripped
     return copy, removed

@@ -13,7 +13,10 @@ from tests.support import Synthesized, resources_of_type
 
 
 def _only(template: dict[str, Any], resource_type: str, prefix: str = "") -> dict[str, Any]:
-    (resource,) = [r for k, r in resources_of_type(template, resource_type).items() if k.startswith(prefix)]
+    """The one resource of a type (under ``prefix``) of the serving slot: a chat fleet's idle Green slot (logical ids
+    with "Green") is left out."""
+    (resource,) = [r for k, r in resources_of_type(template, resource_type).items()
+                   if k.startswith(prefix) and "Green" not in k]
     return dict(resource["Properties"])
 
 
@@ -26,6 +29,18 @@ def _instance_type(template: dict[str, Any], prefix: str) -> str:
 
 def test_realtime_chat_runs_on_a_g_family_instance(examples_synth: Synthesized) -> None:
     assert _instance_type(examples_synth.template(STACK_NAMES["realtime_chat"]), "Chat").startswith("g")
+
+
+def test_every_chat_fleet_has_an_idle_green_slot_that_runs_nothing(examples_synth: Synthesized) -> None:
+    for example in ("realtime_chat", "large_model_chat", "rag"):
+        template = examples_synth.template(STACK_NAMES[example])
+        (green,) = [r["Properties"] for k, r in resources_of_type(template, "AWS::AutoScaling::AutoScalingGroup").items()
+                    if k.startswith("ChatAutoScalingGroupGreen")]
+        assert green["MinSize"] == "0" and "DesiredCapacity" not in green, example
+        (pool,) = [r["Properties"] for k, r in resources_of_type(template, "AWS::AutoScaling::WarmPool").items()
+                   if "Green" in k]
+        assert (pool["MinSize"], pool["MaxGroupPreparedCapacity"]) == (0, 0), example
+        assert len(resources_of_type(template, "AWS::StepFunctions::StateMachine")) == 1, example
 
 
 def test_realtime_chat_spans_two_zones_with_at_least_two_instances(examples_synth: Synthesized) -> None:

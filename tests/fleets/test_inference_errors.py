@@ -225,3 +225,23 @@ def test_fails_on_vllm_args_that_leave_the_model_length_to_vllm_when_it_cannot_f
     fleet = make(scope, server_args=[*args, "--max-model-len", "{max_model_len}"], instance_type="g6.xlarge",
                  traffic=slow)
     assert fleet.plan.server.max_model_len == 8192
+
+
+def test_fails_on_a_release_history_that_cannot_be_placed(scope: Any) -> None:
+    v1, v2 = (ModelArtifact(bucket_name="my-models", prefix=f"llama-3.1-8b/{v}/", version=v) for v in ("v1", "v2"))
+    green = ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b-v9/", version="9")
+    assert problems(scope, model_artifact=[v1, v2], live_slot="Green", green_model_artifact=green) == [
+        "model_artifact is a release history of 2 versions and green_model_artifact and live_slot are given too: the "
+        "history decides each slot's version and the live slot; drop green_model_artifact and live_slot"]
+    assert problems(scope, model_artifact=[v1, v2], rollout=None) == [
+        "model_artifact is a release history and rollout is None: a history ships each version by a blue/green "
+        "rollout; keep the default rollout, or pass one ModelArtifact with rollout=None"]
+    assert problems(scope, model_artifact=(v1, v2, v2.model_copy(update={"prefix": "llama-3.1-8b/v2b/"}))) == [
+        "model_artifact[-1].version ('v2') equals model_artifact[-2].version: a release is a new version; give it "
+        "its own version (and prefix), or replace the last entry (a retry after a rollback) instead of appending"]
+    assert problems(scope, model_artifact=[v1, "llama-3.1-8b/v2/"]) == [
+        "model_artifact (a list) must be a ModelArtifact or a non-empty release history of ModelArtifacts, oldest "
+        "first: not [1] (str): e.g. model_artifact=[v1, v2] (v2 serves; appending v3 rolls it out)"]
+    assert problems(scope, model_artifact=[]) == [
+        "model_artifact (a list) must be a ModelArtifact or a non-empty release history of ModelArtifacts, oldest "
+        "first: e.g. model_artifact=[v1, v2] (v2 serves; appending v3 rolls it out)"]

@@ -1,6 +1,7 @@
 """The blue/green rollout, run: the state machine definition the stack deploys (``rollout_definition``), executed
-state by state against moto on 127.0.0.1, over HTTP, with real ELBv2 listener weights, Auto Scaling groups, target
-health, CloudWatch alarm states (``set_alarm_state``), SNS and Step Functions' own execution list.
+state by state against moto on 127.0.0.1, over HTTP, with real ELBv2 listener weights, Auto Scaling groups and warm
+pools, target health, CloudWatch alarm states (``set_alarm_state``), SNS, the SSM parameter that is the rollout lock,
+and Step Functions' own execution list.
 
 Step Functions itself is not emulated by moto (its executions stay RUNNING and run nothing), so ``Interpreter`` below
 runs the Amazon States Language states the definition uses (Task with ``aws-sdk`` integrations, Choice, Pass, Wait,
@@ -145,6 +146,8 @@ def evaluate(expression: str, data: Any, context: dict[str, Any]) -> Any:
         return arguments[0] + arguments[1]
     if name == "States.JsonToString":
         return json.dumps(arguments[0], separators=(",", ":"))
+    if name == "States.StringToJson":
+        return json.loads(arguments[0])
     if name == "States.Format":
         template, *values = arguments
         pieces = template.split("{}")
@@ -196,7 +199,7 @@ def _rule(rule: dict[str, Any], data: Any, context: dict[str, Any]) -> bool:
         raise _Missing(rule["Variable"])  # States.Runtime in Step Functions
     for operator, compare in (("NumericGreaterThan", lambda a, b: a > b),
                               ("NumericGreaterThanEquals", lambda a, b: a >= b),
-                              ("StringEquals", lambda a, b: a == b)):
+                              ("StringEquals", lambda a, b: a == b)):  # and each one's ...Path form
         if operator in rule:
             return bool(compare(value, rule[operator]))
         if operator + "Path" in rule:
@@ -301,6 +304,7 @@ POLICY = RolloutPolicy()
 READY_TIMEOUT_S = 1200
 DEFINITION = rollout_definition(POLICY, ready_timeout_s=READY_TIMEOUT_S)
 MIN_INSTANCES = 2
+LOCK = "/genai-constructs/chat/no-rollout-running"
 
 
 @pytest.fixture(scope="module")
@@ -344,17 +348,42 @@ class Fleet:
                            target_group_arn=self.target_groups[name], alarm_names=tuple(self.alarms[name]),
                            alarm_arns=())
 
-    def execution(self, *, to: str = "Green") -> tuple[Interpreter, dict[str, Any]]:
-        """Start an execution in the emulator (so ListExecutions sees it RUNNING) and its interpreter."""
+    def execution(self, *, to: str = "Green", version: str = "v2") -> tuple[Interpreter, dict[str, Any]]:
+        """Start an execution in the emulator (so ListExecutions sees it RUNNING) and its interpreter: a release of
+        ``version`` to slot ``to``, from the other slot serving v1."""
         old = "Blue" if to == "Green" else "Green"
         document = execution_input_document(
-            listener_arn=self.listener_arn, topic_arn=self.topic_arn, min_instances=MIN_INSTANCES,
-            old=self.slot(old, "v1"), new=self.slot(to, "v2"))
+            listener_arn=self.listener_arn, topic_arn=self.topic_arn, min_instances=MIN_INSTANCES, lock_name=LOCK,
+            old=self.slot(old, "v1"), new=self.slot(to, version))
         arn = self.client("stepfunctions").start_execution(
             stateMachineArn=self.state_machine_arn, input=json.dumps(document))["executionArn"]
         interpreter = Interpreter(DEFINITION, self.endpoint_url, self.state_machine_arn, arn, overrides={
-            ("autoscaling", "describeInstanceRefreshes"): lambda _: {"InstanceRefreshes": []}})
+            ("autoscaling", "describeInstanceRefreshes"): lambda _: {"InstanceRefreshes": []},
+            ("autoscaling", "describeWarmPool"): self._warm_pool_instances,
+            # moto has no RollbackInstanceRefresh; AWS answers with the rollback's id.
+            ("autoscaling", "rollbackInstanceRefresh"): lambda _: {"InstanceRefreshId": "rollback-1"}})
         return interpreter, document
+
+    def lock_is_free(self) -> bool:
+        """True while the rollout lock's parameter exists (no rollout holds it)."""
+        names = [p["Name"] for p in self.client("ssm").describe_parameters()["Parameters"]]
+        return LOCK in names
+
+    def serving_release(self) -> dict[str, str]:
+        """The release the lock records as serving."""
+        return dict(json.loads(self.client("ssm").get_parameter(Name=LOCK)["Parameter"]["Value"]))
+
+    def warm_pool(self, slot: str) -> tuple[int, int]:
+        """(MinSize, MaxGroupPreparedCapacity) of the slot's warm pool."""
+        pool = self.client("autoscaling").describe_warm_pool(AutoScalingGroupName=self.groups[slot])[
+            "WarmPoolConfiguration"]
+        return pool.get("MinSize", 0), pool.get("MaxGroupPreparedCapacity", -1)
+
+    def _warm_pool_instances(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        """DescribeWarmPool as AWS answers it once the deploy has prepared the new slot's pool (moto launches no
+        warm-pool instances): the fleet's minimum stopped and ready, one more still preparing."""
+        states = ["Warmed:Stopped"] * MIN_INSTANCES + ["Warmed:Pending"]
+        return {"Instances": [{"InstanceId": f"i-{i}", "LifecycleState": s} for i, s in enumerate(states)]}
 
     def finish(self, interpreter: Interpreter) -> None:
         """What Step Functions does when an execution ends: it is no longer RUNNING (moto can only stop it)."""
@@ -402,6 +431,13 @@ def fleet(endpoint: str) -> Fleet:
             cloudwatch.set_alarm_state(AlarmName=name, StateValue="OK", StateReason="no breach")
             alarms[slot].append(name)
     topic = _client(endpoint, "sns").create_topic(Name="chat-alarms")["TopicArn"]
+    # What the deploy that names green live leaves: green has the warm pool, blue's is empty; the lock is free (the
+    # deploy's RolloutLockCheck wrote it when the fleet was created).
+    for slot, (pool_min, pool_max) in (("Blue", (0, 0)), ("Green", (1, -1))):
+        asg.put_warm_pool(AutoScalingGroupName=groups[slot], MinSize=pool_min, MaxGroupPreparedCapacity=pool_max,
+                          PoolState="Stopped")
+    _client(endpoint, "ssm").put_parameter(Name=LOCK, Value='{"slot":"Blue","version":"v1"}', Type="String",
+                                           Overwrite=True)
     machine = _client(endpoint, "stepfunctions").create_state_machine(
         name="chat-rollout", definition=json.dumps(DEFINITION),
         roleArn="arn:aws:iam::123456789012:role/chat-rollout")["stateMachineArn"]
@@ -436,7 +472,10 @@ def test_weights_step_as_planned_when_the_alarms_stay_ok(fleet: Fleet) -> None:
     assert interpreter.outcome == ("Succeed", None)
     assert seen == [("Shift5", (95, 5)), ("Shift25", (75, 25)), ("Shift50", (50, 50)), ("Shift100", (0, 100))]
     assert _shifts(interpreter) == [(95, 5), (75, 25), (50, 50), (0, 100)]
-    # The new slot was brought to the old one's capacity before any traffic, and keeps the fleet's minimum after.
+    # The new slot's warm pool was read ready before the new slot was sized (so its instances resume, warm).
+    actions = [(c.action, c.parameters.get("AutoScalingGroupName")) for c in interpreter.calls]
+    assert actions.index(("describeWarmPool", fleet.groups["Green"])) < actions.index(
+        ("updateAutoScalingGroup", fleet.groups["Green"]))
     assert fleet.capacity("Green") == (MIN_INSTANCES, MIN_INSTANCES)
     assert fleet.capacity("Blue") == (0, 0)
     # Four bakes of 10 minutes with every alarm read every 30 s; moto's targets are healthy at once.
@@ -444,6 +483,7 @@ def test_weights_step_as_planned_when_the_alarms_stay_ok(fleet: Fleet) -> None:
     assert sum(c.action == "describeAlarms" for c in interpreter.calls) == 4 * (600 // 30 + 1)
     assert _published(interpreter) == [
         "Rollout complete: version v2 (slot Green) serves every request; slot Blue (version v1) scales to zero."]
+    assert fleet.lock_is_free() and fleet.serving_release() == {"slot": "Green", "version": "v2"}
 
 
 def _input(fleet: Fleet, interpreter: Interpreter) -> dict[str, Any]:
@@ -484,6 +524,9 @@ def test_one_alarm_mid_rollout_sends_every_request_back_to_the_old_slot(fleet: F
     assert fleet.weights() == (100, 0)
     assert fleet.capacity("Green") == (0, 0)
     assert fleet.capacity("Blue") == (MIN_INSTANCES, MIN_INSTANCES)
+    # The slot serving again gets its warm pool back; the failed version's pool is emptied (no EBS for it).
+    assert (fleet.warm_pool("Blue"), fleet.warm_pool("Green")) == ((1, -1), (0, 0))
+    assert fleet.lock_is_free() and fleet.serving_release() == {"slot": "Blue", "version": "v1"}
     (message,) = _published(interpreter)
     assert "rolled back" in message and failing in message and "slot Blue (version v1)" in message
 
@@ -495,12 +538,14 @@ def test_a_second_rollout_during_a_rollout_is_refused_and_never_interleaves(flee
         if state == "Bake5Wait":
             break
     assert fleet.weights() == (95, 5)
+    assert not fleet.lock_is_free()  # what a deploy's RolloutLockCheck reads, and fails on, mid-rollout
     second, second_input = fleet.execution(to="Blue")  # a deploy naming the other slot, mid-rollout
     for _ in second.run(second_input):
         pass
     fleet.finish(second)
     assert second.outcome == ("Fail", "RolloutInProgress")
-    assert _shifts(second) == [] and [c.action for c in second.calls] == ["listExecutions", "publish"]
+    assert _shifts(second) == [] and [c.action for c in second.calls] == ["getParameter", "publish"]
+    assert not fleet.lock_is_free()  # the refused execution leaves the first one's lock alone
     assert "refused" in _published(second)[0]
     assert fleet.weights() == (95, 5)  # untouched
     for _ in run:
@@ -508,18 +553,37 @@ def test_a_second_rollout_during_a_rollout_is_refused_and_never_interleaves(flee
     fleet.finish(first)
     assert first.outcome == ("Succeed", None)
     assert _shifts(first) == [(95, 5), (75, 25), (50, 50), (0, 100)]
+    assert fleet.lock_is_free()
+
+
+def test_a_version_changed_in_place_in_the_serving_slot_is_undone_and_refused(fleet: Fleet) -> None:
+    # One ModelArtifact edited from v1 to v3 instead of appended: the release names the serving slot (blue) with a
+    # new version, and the deploy has started blue's instance refresh to it.
+    interpreter, document = fleet.execution(to="Blue", version="v3")
+    for _ in interpreter.run(document):
+        pass
+    fleet.finish(interpreter)
+    assert interpreter.outcome == ("Fail", "InPlaceVersionChange")
+    (undo,) = [c for c in interpreter.calls if c.action == "rollbackInstanceRefresh"]
+    assert undo.parameters == {"AutoScalingGroupName": fleet.groups["Blue"]}
+    assert _shifts(interpreter) == [] and fleet.weights() == (100, 0)
+    assert fleet.capacity("Blue") == (MIN_INSTANCES, MIN_INSTANCES) and fleet.capacity("Green") == (0, 0)
+    (message,) = _published(interpreter)
+    assert "Version v3 was deployed to slot Blue, which serves version v1" in message and "appending" in message
+    assert fleet.lock_is_free() and fleet.serving_release() == {"slot": "Blue", "version": "v1"}
 
 
 def test_nothing_moves_when_the_old_slot_has_no_instances(fleet: Fleet) -> None:
     # The first deploy (green created idle, blue live) and a redeploy after a finished rollout start an execution
     # towards the slot that already serves: the other slot is at zero, so nothing happens.
-    interpreter, document = fleet.execution(to="Blue")
+    interpreter, document = fleet.execution(to="Blue", version="v1")
     for _ in interpreter.run(document):
         pass
     fleet.finish(interpreter)
     assert interpreter.outcome == ("Succeed", None)
     assert _shifts(interpreter) == [] and fleet.weights() == (100, 0)
     assert fleet.capacity("Blue") == (MIN_INSTANCES, MIN_INSTANCES)
+    assert fleet.lock_is_free()
 
 
 # ---- The interpreter's own subset ----------------------------------------------------------------------------------
@@ -547,7 +611,7 @@ def test_policy_defaults_and_every_problem_at_once() -> None:
     from genai_constructs.errors import ConfigurationError
 
     assert (POLICY.steps, POLICY.bake.to_seconds(), POLICY.alarm_poll.to_seconds()) == ((5, 25, 50, 100), 600, 30)
-    assert POLICY.duration_s(ready_s=195) == 195 + 2400  # an 8B slot from the warm pool, then four bakes
+    assert POLICY.duration_s(ready_s=620) == 620 + 2400  # an 8B slot: pool prepared, resumed, healthy; four bakes
     with pytest.raises(ConfigurationError) as raised:
         RolloutPolicy(steps=(50, 25), bake=Duration.seconds(30), alarm_poll=Duration.seconds(45))
     text = str(raised.value)

@@ -13,6 +13,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CHAT = FIXTURES / "realtime_chat.template.json"
 """The realtime chat example's fleet, trimmed from cdk synth: g6.xlarge, llama-3.1-8b, 2-4 instances, warm pool of at
 least 1 with the launch hook, in-flight target tracking at 17, step scale-out on p95 TTFT (2000 ms) and TPOT (100 ms)."""
+RELEASE = FIXTURES / "release.template.json"
+"""The same fleet's second release, ``GpuInferenceFleet(model_artifact=[v1, v2])`` (v2 in green, blue serving v1:
+blue's warm pool emptied, green's filled), trimmed from cdk synth to the resources the simulator reads, the rollout
+state machine included (5, 25, 50, 100 % with 600 s bakes, alarms read every 30 s)."""
 ROUND1 = FIXTURES / "round1_scale_in.template.json"
 """The same fleet with round 1's scaling: the step scale-outs, and step scale-in on ALB RequestCountPerTarget."""
 

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 
 from genai_constructs.simulation import TemplateReadError, read_template
@@ -99,7 +101,9 @@ def test_metric_math_it_cannot_evaluate_is_reported():
 def test_a_second_fleet_and_a_spot_mix_are_reported():
     template = chat_template()
     resources = template["Resources"]
-    resources["OtherGroup"] = dict(resources["ChatAutoScalingGroup"])
+    resources["OtherGroup"] = copy.deepcopy(resources["ChatAutoScalingGroup"])
+    # Another fleet's group (a group of the same fleet would be its second slot: next test).
+    resources["OtherGroup"]["Metadata"]["genai-constructs:plan"]["fleet"] = "Other-Fleet"
     resources["ChatAutoScalingGroup"]["Properties"]["MixedInstancesPolicy"] = {"InstancesDistribution": {}}
     spec = read_template(template)
     assert spec.group_logical_id == "ChatAutoScalingGroup"
