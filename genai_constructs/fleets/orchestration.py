@@ -28,6 +28,7 @@ from genai_constructs.fleets.preprocessing import VectorStoreConnection
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.network import _checks as checks
 from genai_constructs.planner.cpu_tier import OrchestrationPlan, plan_orchestration
+from genai_constructs.runtime.rag_orchestrator import DNS_NAME_PATTERN
 from genai_constructs.workload import ModelShape, RagTraffic
 
 _NAME = "RagOrchestrationFleet"
@@ -67,8 +68,19 @@ class RagOrchestrationFleet(Construct):
                               traffic=RagTraffic(requests_per_s=50), encoder="all-minilm-l6-v2")
 
     :param network: the PrivateDataPath (with the Secrets Manager endpoint: the instances read the store's secret).
-    :param inference: the GPU fleet that generates the answers; its listener must be plain HTTP (the orchestrator has
-        no TLS client) and it admits this fleet on its listener port.
+    :param inference: the GPU fleet that generates the answers; it admits this fleet on its listener port (443 with
+        a certificate, 80 without). With a certificate the orchestrator speaks TLS to it (``--inference-tls``) and
+        verifies its certificate against ``inference_server_name``.
+    :param inference_server_name: the DNS name the inference fleet's certificate is issued for (required when the
+        inference fleet has a certificate; an imported ``acm.ICertificate`` does not expose its domain name, so it
+        is given here). The orchestrator connects to the inference load balancer's own DNS name (AWS's
+        ``internal-...elb.amazonaws.com``, which the certificate cannot cover), sends this name as SNI and verifies
+        the certificate against it (``runtime.rag_orchestrator --inference-server-name``), so it needs no DNS
+        record; other clients in the VPC that use this name need it to resolve to the inference load balancer
+        (e.g. an alias record in a Route 53 private hosted zone associated with the VPC). The certificate must
+        chain to a root in the image's system trust store: an ACM public certificate does (Amazon Root CA 1-4,
+        https://docs.aws.amazon.com/acm/latest/userguide/acm-concepts.html#ACM-root-CAs); one from a private CA
+        does not.
     :param vector_store: the store with one reader per zone (``AuroraVectorStore``).
     :param traffic: the request path's peak load.
     :param encoder: the embedding fleet's encoder (a ``ModelShape`` or a preset name); it must ship its weights in the
@@ -92,6 +104,7 @@ class RagOrchestrationFleet(Construct):
         traffic: RagTraffic,
         encoder: ModelShape | str,
         encoder_spec: str | None = None,
+        inference_server_name: str | None = None,
         certificate: acm.ICertificate | None = None,
         allow_plain_http: bool | None = None,
         plan: OrchestrationPlan | None = None,
@@ -103,7 +116,8 @@ class RagOrchestrationFleet(Construct):
     ) -> None:
         model, spec = _check_arguments(
             scope=scope, id=id, network=network, inference=inference, vector_store=vector_store, traffic=traffic,
-            encoder=encoder, encoder_spec=encoder_spec, certificate=certificate, allow_plain_http=allow_plain_http,
+            encoder=encoder, encoder_spec=encoder_spec, inference_server_name=inference_server_name,
+            certificate=certificate, allow_plain_http=allow_plain_http,
             plan=plan, min_instances=min_instances, max_instances=max_instances,
             deletion_protection=deletion_protection, machine_image=machine_image,
             notifications_topic=notifications_topic)
@@ -143,6 +157,7 @@ class RagOrchestrationFleet(Construct):
                                             network.instance_egress_description)
         self.security_group.connections.allow_from(self.load_balancer_security_group,
                                                    ec2.Port.tcp(ORCHESTRATOR_PORT), "Load balancer to orchestrators")
+        # The inference listener's port: 443 (HTTPS) with its certificate, 80 without; both groups get the rule.
         inference.connections.allow_default_port_from(self.security_group, f"{_NAME} to the inference listener")
         vector_store.allow_from(self.security_group, description=f"{_NAME} retrieval")
 
@@ -160,14 +175,21 @@ class RagOrchestrationFleet(Construct):
 
         # ---- Instances -----------------------------------------------------------------------------------------------
         inference_endpoint = f"{inference.load_balancer.load_balancer_dns_name}:{inference.listener_port}"
+        self.inference_tls = inference.listener_port != 80
+        # TLS to an HTTPS inference listener: the connection goes to the load balancer's DNS name, the certificate is
+        # verified against the name it is issued for (the system trust store holds the roots of ACM's public CAs).
+        inference_tls_arguments = (["--inference-tls", "--inference-server-name", inference_server_name]
+                                   if self.inference_tls and inference_server_name else [])
         arguments = [
             "--listen", f"0.0.0.0:{ORCHESTRATOR_PORT}",
             *[a for reader in vector_store.reader_arguments() for a in ("--reader", reader)],
             "--availability-zone", "@AVAILABILITY_ZONE@",
-            # libpq takes the user and password from PGUSER/PGPASSWORD (the boot script reads them from the secret);
-            # rds.force_ssl is on in the store's parameter group, so TLS is required.
+            # The user and password from the store's secret, read at start and again when a rotation changed them
+            # (the boot script's PGUSER/PGPASSWORD would go stale); rds.force_ssl is on in the store's parameter
+            # group, so TLS is required.
             "--database", f"dbname={vector_store.database_name} sslmode=require", "--table", vector_store.table,
-            "--encoder", spec, "--inference", inference_endpoint, "--model", self.model_name,
+            "--secret-arn", vector_store.secret.secret_arn, "--region", Aws.REGION,
+            "--encoder", spec, "--inference", inference_endpoint, *inference_tls_arguments, "--model", self.model_name,
             "--top-k", str(traffic.top_k),
         ]
         self.services = [_launch.CpuService(name="orchestrator", module="genai_constructs.runtime.rag_orchestrator",
@@ -294,7 +316,8 @@ class RagOrchestrationFleet(Construct):
 
 def _check_arguments(
     *, scope: object, id: object, network: object, inference: object, vector_store: object, traffic: object,
-    encoder: object, encoder_spec: object, certificate: object, allow_plain_http: object, plan: object,
+    encoder: object, encoder_spec: object, inference_server_name: object, certificate: object,
+    allow_plain_http: object, plan: object,
     min_instances: object, max_instances: object, deletion_protection: object, machine_image: object,
     notifications_topic: object,
 ) -> tuple[ModelShape, str]:
@@ -347,10 +370,7 @@ def _check_arguments(
             problems.append(f"encoder ({model.name!r}) does not ship its weights in the image (known: "
                             f"{', '.join(_launch.PACKAGED_ENCODERS)}): pass encoder_spec= naming where the "
                             "orchestrator loads it from (the instances cannot reach the Hugging Face Hub)")
-    if isinstance(inference, GpuInferenceFleet) and inference.listener_port != 80:
-        problems.append("inference serves HTTPS (a certificate was given), but the orchestrator speaks plain HTTP to "
-                        "the inference endpoint (runtime.rag_orchestrator has no TLS client): give the inference "
-                        "fleet allow_plain_http=True inside the VPC, or add TLS to the orchestrator's upstream")
+    _inference_server_name_problems(problems, inference, inference_server_name)
     if isinstance(inference, GpuInferenceFleet) and isinstance(vector_store, VectorStoreConnection) and (
             model is not None and vector_store.dimension != model.hidden_size):
         problems.append(f"vector_store.dimension ({vector_store.dimension}) differs from the encoder's width "
@@ -358,3 +378,23 @@ def _check_arguments(
     if problems or model is None or spec is None:
         raise ConfigurationError(_NAME, problems)
     return model, spec
+
+
+def _inference_server_name_problems(problems: list[str], inference: object, name: object) -> None:
+    """``inference_server_name``: a DNS name, given exactly when the inference fleet serves HTTPS."""
+    example = "e.g. inference_server_name='chat.internal.example.com'"
+    if not checks.text(problems, "inference_server_name", name, optional=True,
+                       fix=f"the DNS name the inference fleet's certificate is issued for, {example}"):
+        return
+    if isinstance(name, str) and not checks.is_token(name) and not DNS_NAME_PATTERN.fullmatch(name.rstrip(".")):
+        problems.append(f"inference_server_name ({name!r}) must be a DNS name without scheme, port or wildcard: the "
+                        f"name the inference fleet's certificate is issued for, {example}")
+    if not isinstance(inference, GpuInferenceFleet):
+        return
+    if inference.listener_port != 80 and name is None:
+        problems.append("inference_server_name (None) is required: the inference fleet serves HTTPS (a certificate "
+                        "was given) and the orchestrator verifies its certificate against this name while it connects "
+                        f"to the load balancer's own DNS name; give the name the certificate is issued for, {example}")
+    elif inference.listener_port == 80 and name is not None:
+        problems.append(f"inference_server_name ({name!r}) is given, but the inference fleet serves plain HTTP (no "
+                        "certificate): drop it, or give the inference fleet certificate= to serve HTTPS")

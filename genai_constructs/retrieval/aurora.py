@@ -83,6 +83,11 @@ REPLICA_LAG_ALARM_MS = 1000.0
 """AuroraReplicaLag above a second: a reader serves chunks a load has already replaced; Aurora replicas usually lag
 by well under 100 ms (Replication with Amazon Aurora,
 https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/Aurora.Replication.html)."""
+SECRET_ROTATION_INTERVAL = Duration.days(30)
+"""The master password changes monthly. The consumers re-read the secret when the database refuses the password
+(``runtime.rag_orchestrator --secret-arn``, ``runtime.vector_loader``), so a rotation costs each of them one failed
+connection and one GetSecretValue call; NIST 800-53 IA-5 leaves the period to the organization, and a month keeps
+a leaked password short-lived without rotating so often that a rotation is always in flight."""
 ALARM_EVALUATION_PERIODS = 5
 ALARM_DATAPOINTS = 3
 """Three of five one-minute periods: a load or a vacuum spike does not page, a sustained condition does."""
@@ -94,7 +99,9 @@ class AuroraVectorStore(Construct):
     Encrypted storage and Performance Insights with a customer-managed key (rotation on); a generated master secret
     (RDS JSON: username, password, host, port, dbname, engine) encrypted with the same key; ``rds.force_ssl`` in
     the cluster parameter group; IAM database authentication on; the network's private subnets, no public access;
-    a security group with no ingress until ``allow_from``; deletion protection, a snapshot on removal; a week of
+    a security group with no ingress until ``allow_from``; the master secret rotated every
+    ``SECRET_ROTATION_INTERVAL`` by Secrets Manager's hosted PostgreSQL single-user rotation function, inside the
+    network's private subnets; deletion protection, a snapshot on removal; a week of
     backups; the ``postgresql`` log exported to a KMS-encrypted log group with a year's retention; Enhanced
     Monitoring through a role with a customer-managed policy; alarms on the readers' CPU and freeable memory and on
     replica lag, to an encrypted SNS topic.
@@ -234,6 +241,7 @@ class AuroraVectorStore(Construct):
             for zone, names in zip(zones, reader_ids, strict=True)]
         """(AZ, instance endpoint hostname) of each zone's first reader: what ``--reader`` takes."""
         self.alarms: dict[str, cw.Alarm] = self._alarms(plan)
+        self.rotation_security_group, self.rotation_schedule = self._rotation(network)
         acknowledge(self.cluster, {
             "AwsSolutions-RDS11": (
                 f"PostgreSQL's default port {PORT} is kept: the orchestrators and loaders name it, a different port "
@@ -245,15 +253,6 @@ class AuroraVectorStore(Construct):
                     "An Aurora instance holds no data of its own: the cluster volume is backed up continuously "
                     "(backup_retention, point-in-time restore), and an AWS Backup plan would select the cluster")
                 for pack in ("NIST.800.53.R5", "HIPAA.Security")})
-        acknowledge(self.cluster.node.find_child("Secret"), {
-            "AwsSolutions-SMG4": (
-                "The master secret is not rotated by a Lambda: rotation needs a rotation function (a serverless "
-                "application or a hosted-rotation transform) with its own network path to the cluster; IAM database "
-                "authentication is on for the consumers, and the secret is read only by the policies "
-                "credential_statements() gives"),
-            "NIST.800.53.R5-SecretsManagerRotationEnabled": "Same as AwsSolutions-SMG4 on this secret",
-            "HIPAA.Security-SecretsManagerRotationEnabled": "Same as AwsSolutions-SMG4 on this secret",
-        })
 
     # ---- What consumers use -----------------------------------------------------------------------------------------
 
@@ -293,6 +292,31 @@ class AuroraVectorStore(Construct):
         ]
 
     # ---- Internals ----------------------------------------------------------------------------------------------
+
+    def _rotation(self, network: PrivateDataPath) -> tuple[ec2.SecurityGroup, secretsmanager.RotationSchedule]:
+        """Rotate the master secret with Secrets Manager's hosted rotation: the ``AWS::SecretsManager`` transform
+        creates the PostgreSQL single-user rotation function (AWS's code, no function code of ours) in the network's
+        private subnets, in a nested stack the transform adds ("AWS::SecretsManager transform",
+        https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/transform-aws-secretsmanager.html;
+        "HostedRotationLambda", https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/
+        aws-properties-secretsmanager-rotationschedule-hostedrotationlambda.html; the CDK CLI deploys with
+        CAPABILITY_AUTO_EXPAND). The function reaches the cluster on ``PORT`` (its own security group, admitted by
+        the store's) and Secrets Manager through the network's interface endpoint (443 inside the VPC: "Network
+        access for Lambda rotation function",
+        https://docs.aws.amazon.com/secretsmanager/latest/userguide/rotation-function-network-access.html); the
+        secret's key is the store's (the transform's ``KmsKeyArn``). Single-user rotation changes the password the
+        consumers use: they re-read the secret when the database refuses it."""
+        group = ec2.SecurityGroup(
+            self, "RotationSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
+            description=f"{_NAME}: rotation function of the master secret, to PostgreSQL and the endpoints only")
+        group.add_egress_rule(ec2.Peer.ipv4(network.vpc_cidr), ec2.Port.tcp(443),
+                              "Secrets Manager through the interface endpoint")
+        self.security_group.connections.allow_from(group, ec2.Port.tcp(PORT), "The master secret's rotation function")
+        schedule = self.secret.add_rotation_schedule(
+            "Rotation", automatically_after=SECRET_ROTATION_INTERVAL,
+            hosted_rotation=secretsmanager.HostedRotation.postgre_sql_single_user(
+                vpc=network.vpc, vpc_subnets=network.subnet_selection, security_groups=[group]))
+        return group, schedule
 
     def _cfn_instance(self, name: str) -> rds.CfnDBInstance:
         child = self.cluster.node.find_child(name).node.default_child

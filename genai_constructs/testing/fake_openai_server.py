@@ -31,6 +31,9 @@ port)::
 
 or as a process of its own (the benchmark does): ``python fake_openai_server.py --port 0 --ttft-ms 100`` prints
 ``listening on 127.0.0.1:<port>`` and serves until SIGTERM.
+
+Pass ``ssl_context`` (a server-side ``ssl.SSLContext`` with its certificate loaded) to serve HTTPS, as an inference
+listener with a certificate does; ``url`` then starts with ``https``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import email.utils
 import hashlib
 import json
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -551,8 +555,9 @@ class FakeOpenAIServer:
     """The fake server on its own event loop in a daemon thread; a context manager (``with FakeOpenAIServer(...)``)."""
 
     def __init__(self, config: FakeServerConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 **overrides: Any) -> None:
+                 ssl_context: ssl.SSLContext | None = None, **overrides: Any) -> None:
         self.config = dataclasses.replace(config or FakeServerConfig(), **overrides)
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self._requests: list[ObservedRequest] = []
@@ -593,7 +598,8 @@ class FakeOpenAIServer:
         """Serve until ``close`` (or, as a process, SIGTERM)."""
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        server = await self._loop.create_server(lambda: _FakeConnection(self), self.host, self.port)
+        server = await self._loop.create_server(lambda: _FakeConnection(self), self.host, self.port,
+                                                ssl=self.ssl_context)
         self.port = server.sockets[0].getsockname()[1]
         if on_ready is not None:
             on_ready()
@@ -632,7 +638,7 @@ class FakeOpenAIServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{self.host}:{self.port}"
 
     @property
     def requests(self) -> list[ObservedRequest]:

@@ -648,4 +648,40 @@ def verify_aurora_clusters(ctx: StackContext) -> list[Check]:
     return checks
 
 
-VERIFIERS = (*VERIFIERS[:-1], verify_aurora_instances, verify_aurora_clusters, VERIFIERS[-1])
+def verify_secret_rotation(ctx: StackContext) -> list[Check]:
+    """What moto skips (``AWS::SecretsManager::RotationSchedule``; the ``AWS::SecretsManager`` transform that builds
+    a hosted rotation function is not run): in the template. Every database secret attached to a cluster has a
+    schedule; a hosted function runs in the VPC (subnets and security groups given) with the secret's KMS key, under
+    the transform it needs."""
+    checks: list[Check] = []
+    resources = ctx.template.get("Resources", {})
+    attachments = {k for k, r in resources.items() if r.get("Type") == "AWS::SecretsManager::SecretTargetAttachment"}
+    schedules = ctx.resources("AWS::SecretsManager::RotationSchedule")
+    scheduled = {next(iter(references(s.get("Properties", {}).get("SecretId"))), None) for s in schedules.values()}
+    for logical in sorted(attachments - scheduled):
+        checks.append(Check(ctx.name, "secret rotation", False, f"{logical}: no rotation schedule", "template"))
+    transforms = ctx.template.get("Transform", [])
+    transforms = [transforms] if isinstance(transforms, str) else list(transforms)
+    for logical, schedule in schedules.items():
+        properties = schedule.get("Properties", {})
+        hosted = properties.get("HostedRotationLambda")
+        rules = properties.get("RotationRules", {})
+        every = rules.get("ScheduleExpression") or f"rate({rules.get('AutomaticallyAfterDays')} days)"
+        problems = []
+        if hosted is not None:
+            if not any(str(t).startswith("AWS::SecretsManager-") for t in transforms):
+                problems.append("hosted rotation without the AWS::SecretsManager transform")
+            if not (hosted.get("VpcSubnetIds") and hosted.get("VpcSecurityGroupIds")):
+                problems.append("hosted rotation function outside the VPC (no subnets or security groups)")
+            if not hosted.get("KmsKeyArn"):
+                problems.append("hosted rotation function without the secret's KMS key")
+        elif not properties.get("RotationLambdaARN"):
+            problems.append("no rotation function")
+        kind = f"hosted {hosted.get('RotationType')}" if hosted is not None else "own function"
+        detail = f"{logical}: {kind}, {every}, in the VPC" if not problems else f"{logical}: " + "; ".join(problems)
+        checks.append(Check(ctx.name, "secret rotation", not problems, detail, "template"))
+    return checks
+
+
+VERIFIERS = (*VERIFIERS[:-1], verify_aurora_instances, verify_aurora_clusters, verify_secret_rotation,
+             VERIFIERS[-1])

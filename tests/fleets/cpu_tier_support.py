@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import App, Stack
+from aws_cdk import aws_certificatemanager as acm
 
 from genai_constructs import GpuInferenceFleet, ModelArtifact, ModelShape, PrivateDataPath, RealtimeTraffic
 from genai_constructs.fleets import EmbeddingBatchFleet
@@ -65,6 +66,9 @@ FIGURES = {"source": "test table", "measured_on": "2026-12-01", "machine": "none
            "chunks_per_document": 8, "mib_per_s_per_vcpu": rate * 0.2}
     for name, rate in (("pdf", 2.0), ("html", 10.0), ("txt", 50.0), ("md", 40.0), ("jsonl", 30.0))}}
 """Preprocessing figures set here (not the measured file), so expectations can be worked out by hand."""
+CHAT_CERTIFICATE_ARN = "arn:aws:acm:us-east-1:111122223333:certificate/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+CHAT_SERVER_NAME = "chat.internal.example.com"
+"""The name the inference fleet's certificate is issued for (an imported certificate does not say)."""
 
 
 def preprocessing_plan() -> cpu_tier.PreprocessingPlan:
@@ -85,6 +89,7 @@ class CpuTiers:
     rag: RagOrchestrationFleet
     inference: GpuInferenceFleet
     store: AuroraVectorStore
+    network: PrivateDataPath
 
 
 @cache
@@ -93,7 +98,7 @@ def cpu_tiers() -> CpuTiers:
     made: dict[str, Any] = {}
 
     def build(stack: Stack) -> None:
-        network = PrivateDataPath(stack, "Net", extra_interface_endpoints=["secretsmanager"])
+        made["network"] = network = PrivateDataPath(stack, "Net", extra_interface_endpoints=["secretsmanager"])
         embed = EmbeddingBatchFleet(stack, "Embed", network=network, model=ENCODER,
                                     traffic=BatchTraffic(documents=4_000_000, tokens_per_document=250,
                                                          deadline_hours=6))
@@ -104,11 +109,11 @@ def cpu_tiers() -> CpuTiers:
         made["inference"] = inference = GpuInferenceFleet(
             stack, "Chat", network=network, model=ModelShape.preset("llama-3.1-8b"),
             traffic=RealtimeTraffic(concurrent_sessions=32, output_tokens_per_s_per_session=20),
-            model_artifact=ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b/"), allow_plain_http=True)
-        inference.acknowledge_plain_http("TLS is not offered by the orchestrator's upstream client yet (test)")
+            model_artifact=ModelArtifact(bucket_name="my-models", prefix="llama-3.1-8b/"),
+            certificate=acm.Certificate.from_certificate_arn(stack, "ChatCertificate", CHAT_CERTIFICATE_ARN))
         made["rag"] = rag = RagOrchestrationFleet(
             stack, "Rag", network=network, inference=inference, vector_store=store, traffic=RAG,
-            encoder="all-minilm-l6-v2", allow_plain_http=True)
+            encoder="all-minilm-l6-v2", inference_server_name=CHAT_SERVER_NAME, allow_plain_http=True)
         rag.acknowledge_plain_http("Test stack: clients reach the orchestrators inside the VPC only")
 
     return CpuTiers(synthesized=Synthesized(STACK, build), **made)
@@ -119,7 +124,7 @@ CONCRETE = {
     "--dead-letter-queue-url": "https://sqs.us-east-1.amazonaws.com/123456789012/work-dlq",
     "--output-bucket": "embedding-input", "--region": "us-east-1", "--host": "writer.cluster.example",
     "--secret-arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:rag-db-AbCdEf",
-    "--inference": "internal-chat-123.us-east-1.elb.amazonaws.com:80",
+    "--inference": "internal-chat-123.us-east-1.elb.amazonaws.com:443",
 }
 """What a deploy resolves each token-valued flag to (a plausible value of the right shape)."""
 

