@@ -67,6 +67,9 @@ DEADLINE_HOURS = 6.0
 """The nightly re-index window (parse, chunk, embed and load)."""
 FORMAT_MIX = {"pdf": 0.5, "html": 0.3, "txt": 0.2}
 """Share of documents per format; sizes the CPU tier from each format's measured documents/s per vCPU."""
+CHAT_SERVER_NAME = "chat.genai.internal"
+"""The name the certificate covers, which the orchestrators verify the chat fleet's certificate against (they connect
+to its load balancer's own DNS name). Replace with a name your certificate covers."""
 WEIGHTS_BUCKET = "example-model-weights"
 """Replace with the bucket holding your weights and their SHA256SUMS manifest."""
 
@@ -82,8 +85,8 @@ class RagStack(Stack):
     """Raw documents -> preprocessing (CPU) -> embedding (GPU) -> loader -> pgvector; question -> orchestrator (CPU)
     -> zone-local reader + inference fleet (GPU) -> streamed answer.
 
-    :param certificate_arn: see :func:`examples.certificates.listener_certificate`; the orchestrators' listener (the
-        one clients call) serves HTTPS with it.
+    :param certificate_arn: see :func:`examples.certificates.listener_certificate`; both listeners serve HTTPS with
+        it: the orchestrators' (the one clients call) and the chat fleet's (which only the orchestrators call).
     """
 
     def __init__(self, scope: Construct, id: str, *, certificate_arn: str | None = None, **kwargs: Any) -> None:
@@ -91,6 +94,7 @@ class RagStack(Stack):
             kwargs["synthesizer"] = stack_synthesizer(scope)
         super().__init__(scope, id, **kwargs)
         encoder = ModelShape.preset(ENCODER)
+        certificate = listener_certificate(self, certificate_arn)
         # The CPU tiers read the store's secret from private subnets: Secrets Manager needs its interface endpoint.
         self.network = PrivateDataPath(self, "Network", extra_interface_endpoints=["secretsmanager"])
         self.embedding = EmbeddingBatchFleet(self, "Embed", network=self.network, model=encoder, traffic=CORPUS)
@@ -110,13 +114,12 @@ class RagStack(Stack):
                 prompt_tokens=PROMPT_TOKENS,
             ),
             model_artifact=ModelArtifact(bucket_name=WEIGHTS_BUCKET, prefix=f"{CHAT_MODEL}/"),
-            allow_plain_http=True,
+            certificate=certificate,
         )
-        self.inference.acknowledge_plain_http(
-            "Only the orchestrators call this listener, from inside the VPC's private subnets")
         self.orchestration = RagOrchestrationFleet(
             self, "Rag", network=self.network, inference=self.inference, vector_store=self.vector_store,
-            traffic=RAG_TRAFFIC, encoder=ENCODER, certificate=listener_certificate(self, certificate_arn))
+            traffic=RAG_TRAFFIC, encoder=ENCODER, certificate=certificate,
+            inference_server_name=CHAT_SERVER_NAME)
         CfnOutput(self, "RawDocumentsBucket", value=self.preprocessing.raw_bucket.bucket_name,
                   description="Upload raw documents under the raw prefix: they are parsed, embedded and loaded")
         CfnOutput(self, "AnswersUrl", value=self.orchestration.url,
