@@ -142,3 +142,15 @@ def test_each_example_s_resources_were_verified(local_deploy: LocalDeploy, examp
     stack = STACK_NAMES[example]
     subjects = {c.subject for c in local_deploy.report.checks if c.stack == stack}
     assert EXPECTED_SUBJECTS[example] <= subjects
+
+
+def test_rag_store_instances_are_created_and_the_cluster_checked_in_the_template(local_deploy: LocalDeploy) -> None:
+    # moto creates Aurora's DB instances but not the cluster, its parameter group or the rotation schedule: the
+    # instances are read back from moto, the rest is checked in the template (and said so in the report).
+    checks = [c for c in local_deploy.report.checks if c.stack == STACK_NAMES["rag"]]
+    subjects = [(c.subject, c.source) for c in checks]
+    assert subjects.count(("Aurora instance", "moto")) == 3  # the writer and one reader per zone
+    assert ("Aurora readers", "moto") in subjects and ("Aurora cluster", "template") in subjects
+    (rotation,) = [c for c in checks if c.subject == "secret rotation"]
+    assert rotation.ok and rotation.source == "template"
+    assert "hosted PostgreSQLSingleUser, rate(30 days), in the VPC" in rotation.detail

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +17,6 @@ from genai_constructs.network.private_data_path import DEFAULT_VPC_CIDR
 from genai_constructs.retrieval import AuroraVectorStore
 from genai_constructs.runtime.rag_orchestrator import parse_config
 from genai_constructs.testing import local_synthesizer
-from genai_constructs.testing.gates import CDK_PROVIDER_CFN_LINT_IGNORES, CDK_PROVIDER_CHECKOV_SKIPS, cfn_lint, checkov
-from genai_constructs.testing.local_deploy import LocalDeployReport, deploy_local
 from genai_constructs.workload import RagTraffic
 from tests.fleets.cpu_tier_support import refs as _refs
 from tests.support import Synthesized, resources_of_type, synth_app
@@ -66,16 +63,6 @@ def _instances(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_three_nag_packs_are_clean(built: Built) -> None:
     assert built.synth.violation_summary() == []
 
-
-def test_cfn_lint_and_checkov_pass(built: Built) -> None:
-    path = built.synth.outdir / f"{STACK}.template.json"
-    lint = cfn_lint(path, ignore={k: v for k, v in CDK_PROVIDER_CFN_LINT_IGNORES.items() if "VpcRestrict" in k})
-    assert [str(f) for f in lint.errors + lint.warnings] == []
-    scan = checkov(path, skips={k: v for k, v in CDK_PROVIDER_CHECKOV_SKIPS.items() if "VpcRestrict" in k})
-    assert [str(f) for f in scan.failed] == []
-
-
-# ---- The cluster ------------------------------------------------------------------------------------------------
 
 def test_storage_is_encrypted_with_the_stores_rotating_key(built: Built) -> None:
     cluster = _only(built.template, "AWS::RDS::DBCluster")
@@ -224,25 +211,6 @@ def test_credential_statements_name_the_exact_secret_and_key_through_secrets_man
     assert decrypt["Action"] == "kms:Decrypt"
     assert decrypt["Resource"] == stack.resolve(built.store.encryption_key.key_arn)
     assert "kms:ViaService" in decrypt["Condition"]["StringEquals"]
-
-
-# ---- The local deploy ---------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def deployed(built: Built) -> LocalDeployReport:
-    return deploy_local(Path(built.synth.outdir), cwd=Path(__file__).resolve().parents[2])
-
-
-def test_deploys_to_moto_with_one_instance_per_zone_and_the_cluster_checked_in_the_template(
-        deployed: LocalDeployReport) -> None:
-    print("\n" + deployed.render())
-    assert deployed.failures == []
-    subjects = [(c.subject, c.source) for c in deployed.checks]
-    assert subjects.count(("Aurora instance", "moto")) == 3
-    assert ("Aurora readers", "moto") in subjects and ("Aurora cluster", "template") in subjects
-    (rotation,) = [c for c in deployed.checks if c.subject == "secret rotation"]
-    assert rotation.ok and rotation.source == "template"  # moto skips the schedule and the transform
-    assert "hosted PostgreSQLSingleUser, rate(30 days), in the VPC" in rotation.detail
 
 
 # ---- Bad input ----------------------------------------------------------------------------------------------------
