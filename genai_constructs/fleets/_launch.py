@@ -13,10 +13,10 @@ import json
 import math
 import shlex
 from base64 import b64encode
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from aws_cdk import Acknowledgment, Annotations, Aws, Duration, Names, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_autoscaling as autoscaling
@@ -36,6 +36,9 @@ from constructs import Construct, IConstruct
 
 # The root-volume rule lives with the planner's deployment facts, so the plan's cost prices the same volume
 # (re-exported here: the fleets size their roots from it).
+from genai_constructs.errors import ConfigurationError, GenaiConstructsError
+from genai_constructs.network import PrivateDataPath
+from genai_constructs.network import _checks as checks
 from genai_constructs.planner.deployment import CONTAINER_IMAGE_GIB as CONTAINER_IMAGE_GIB
 from genai_constructs.planner.deployment import DLAMI_ROOT_GIB as DLAMI_ROOT_GIB
 from genai_constructs.planner.deployment import ROOT_VOLUME_HEADROOM as ROOT_VOLUME_HEADROOM
@@ -237,6 +240,56 @@ def acknowledge(scope: IConstruct, reasons: Mapping[str, str]) -> None:
         Validations.of(scope).acknowledge(
             *(Acknowledgment(id=id, reason=reason) for id, reason in reasons.items())
         )
+
+
+_Plan = TypeVar("_Plan")
+
+
+def given_or_planned(fleet: str, arguments: str, given: _Plan | None, make: Callable[[], _Plan]) -> _Plan:
+    """The plan the caller gave, else ``make()``'s; a planner error (traffic it cannot serve) becomes ``fleet``'s
+    ConfigurationError naming the ``arguments`` it came from, raised before anything is synthesized."""
+    if given is not None:
+        return given
+    try:
+        return make()
+    except GenaiConstructsError as error:
+        raise ConfigurationError(fleet, [f"{arguments}: {error}"]) from None
+
+
+def check_placement(problems: list[str], *, fleet: str, example_id: str, scope: object, id: object,
+                    network: object) -> None:
+    """The scope, id and network every fleet takes, checked alike; ``example_id`` shows in the fixes
+    (``Fleet(stack, 'Rag', ...)``)."""
+    checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
+                       fix=f"pass the stack: {fleet}(stack, {example_id!r}, ...)")
+    checks.text(problems, "id", id, fix=f"pass the construct id: {fleet}(stack, {example_id!r}, ...)")
+    checks.instance_of(problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
+                       fix="pass the PrivateDataPath itself (network=net)")
+
+
+def check_overrides(problems: list[str], *, machine_image: object, notifications_topic: object) -> None:
+    """The optional machine image and alarm topic a fleet takes, checked alike."""
+    checks.cdk_interface(problems, "machine_image", machine_image, attributes=("get_image",),
+                         allowed="an ec2.IMachineImage", fix="e.g. ec2.MachineImage.generic_linux({...})")
+    checks.cdk_interface(problems, "notifications_topic", notifications_topic, attributes=("topic_arn",),
+                         allowed="an sns.ITopic",
+                         fix="e.g. sns.Topic.from_topic_arn(stack, 'Topic', 'arn:aws:sns:...')")
+
+
+def acknowledge_plain_http(listener: IConstruct, *, fleet: str, listener_port: int, reason: str,
+                           findings: Sequence[str], https_fix: str, reason_fix: str = "") -> None:
+    """Acknowledge a plain-HTTP listener's cdk-nag ``findings`` with the caller's reason, for the fleets'
+    ``acknowledge_plain_http``: a ConfigurationError of ``fleet`` (all problems at once) when the listener serves
+    HTTPS (``https_fix`` says what to do) or the reason is under 10 characters (``reason_fix`` may add an example)."""
+    problems: list[str] = []
+    if listener_port != 80:
+        problems.append(f"acknowledge_plain_http: this fleet serves HTTPS (a certificate was given): {https_fix}")
+    if not isinstance(reason, str) or len(reason.strip()) < 10:
+        problems.append(f"acknowledge_plain_http: reason ({reason!r}) must say why plain HTTP is acceptable, in "
+                        f"at least 10 characters{reason_fix}")
+    if problems:
+        raise ConfigurationError(fleet, problems)
+    acknowledge(listener, dict.fromkeys(findings, reason))
 
 
 def instance_policy(

@@ -552,16 +552,10 @@ class GpuInferenceFleet(Construct):
 
         Uses ``Validations.of(listener).acknowledge(...)`` (aws-cdk-lib validations, cdk-nag v3).
         """
-        problems: list[str] = []
-        if self.listener_port != 80:
-            problems.append("acknowledge_plain_http: this fleet serves HTTPS (a certificate was given): there is "
-                            "nothing to acknowledge; drop the call")
-        if not isinstance(reason, str) or len(reason.strip()) < 10:
-            problems.append(f"acknowledge_plain_http: reason ({reason!r}) must say why plain HTTP is acceptable, in "
-                            "at least 10 characters: e.g. 'TLS terminates at the service mesh sidecar'")
-        if problems:
-            raise ConfigurationError(_NAME, problems)
-        _launch.acknowledge(self.listener, dict.fromkeys(PLAIN_HTTP_FINDINGS, reason))
+        _launch.acknowledge_plain_http(
+            self.listener, fleet=_NAME, listener_port=self.listener_port, reason=reason, findings=PLAIN_HTTP_FINDINGS,
+            https_fix="there is nothing to acknowledge; drop the call",
+            reason_fix=": e.g. 'TLS terminates at the service mesh sidecar'")
 
     # ---- Building blocks --------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from genai_constructs.errors import ConfigurationError, GenaiConstructsError, UnknownPresetError
+from genai_constructs.errors import ConfigurationError, UnknownPresetError
 from genai_constructs.fleets import _launch, _region
 from genai_constructs.fleets.inference import PLAIN_HTTP_FINDINGS, GpuInferenceFleet
 from genai_constructs.fleets.preprocessing import VectorStoreConnection
@@ -121,10 +121,8 @@ class RagOrchestrationFleet(Construct):
             plan=plan, min_instances=min_instances, max_instances=max_instances,
             deletion_protection=deletion_protection, machine_image=machine_image,
             notifications_topic=notifications_topic)
-        try:
-            plan = plan or plan_orchestration(traffic, model, region=_region.stack_region(scope))
-        except GenaiConstructsError as error:
-            raise ConfigurationError(_NAME, [f"traffic/encoder: {error}"]) from None
+        plan = _launch.given_or_planned(_NAME, "traffic/encoder", plan,
+                                        lambda: plan_orchestration(traffic, model, region=_region.stack_region(scope)))
         problems = _region.region_problems(scope, instance_types=[plan.instance_type])
         self.min_instances = min_instances if min_instances is not None else 2
         self.max_instances = max_instances if max_instances is not None else max(
@@ -280,15 +278,8 @@ class RagOrchestrationFleet(Construct):
     def acknowledge_plain_http(self, reason: str) -> None:
         """Acknowledge the four cdk-nag findings of a plain-HTTP listener (``inference.PLAIN_HTTP_FINDINGS``) with
         the caller's reason, as ``GpuInferenceFleet.acknowledge_plain_http`` does."""
-        problems: list[str] = []
-        if self.listener_port != 80:
-            problems.append("acknowledge_plain_http: this fleet serves HTTPS (a certificate was given): drop the call")
-        if not isinstance(reason, str) or len(reason.strip()) < 10:
-            problems.append(f"acknowledge_plain_http: reason ({reason!r}) must say why plain HTTP is acceptable, in "
-                            "at least 10 characters")
-        if problems:
-            raise ConfigurationError(_NAME, problems)
-        _launch.acknowledge(self.listener, dict.fromkeys(PLAIN_HTTP_FINDINGS, reason))
+        _launch.acknowledge_plain_http(self.listener, fleet=_NAME, listener_port=self.listener_port, reason=reason,
+                                       findings=PLAIN_HTTP_FINDINGS, https_fix="drop the call")
 
     def metric_request_count_per_target(self) -> cw.Metric:
         return self.target_group.metrics.request_count_per_target(period=Duration.minutes(1))
@@ -323,11 +314,7 @@ def _check_arguments(
 ) -> tuple[ModelShape, str]:
     """Every argument's type and range, all problems at once; returns the encoder's shape and spec."""
     problems: list[str] = []
-    checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
-                       fix=f"pass the stack: {_NAME}(stack, 'Rag', ...)")
-    checks.text(problems, "id", id, fix=f"pass the construct id: {_NAME}(stack, 'Rag', ...)")
-    checks.instance_of(problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
-                       fix="pass the PrivateDataPath itself (network=net)")
+    _launch.check_placement(problems, fleet=_NAME, example_id='Rag', scope=scope, id=id, network=network)
     checks.instance_of(problems, "inference", inference, GpuInferenceFleet, allowed="a GpuInferenceFleet",
                        fix="pass the fleet that generates the answers")
     if not isinstance(vector_store, VectorStoreConnection):
@@ -346,10 +333,7 @@ def _check_arguments(
                         fix="two or more: one per zone at least")
     checks.whole_number(problems, "max_instances", max_instances, minimum=2, optional=True,
                         fix="the most instances at once, or None for the plan's")
-    checks.cdk_interface(problems, "machine_image", machine_image, attributes=("get_image",),
-                         allowed="an ec2.IMachineImage", fix="e.g. ec2.MachineImage.generic_linux({...})")
-    checks.cdk_interface(problems, "notifications_topic", notifications_topic, attributes=("topic_arn",),
-                         allowed="an sns.ITopic", fix="e.g. sns.Topic.from_topic_arn(stack, 'Topic', 'arn:aws:sns:...')")
+    _launch.check_overrides(problems, machine_image=machine_image, notifications_topic=notifications_topic)
     if certificate is not None and allow_plain_http is True:
         problems.append("allow_plain_http (True) with a certificate: the listener serves HTTPS only; drop one")
     model: ModelShape | None = None

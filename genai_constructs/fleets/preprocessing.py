@@ -27,7 +27,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from genai_constructs.errors import ConfigurationError, GenaiConstructsError
+from genai_constructs.errors import ConfigurationError
 from genai_constructs.fleets import _launch, _region
 from genai_constructs.fleets.embedding import EmbeddingBatchFleet
 from genai_constructs.network import PrivateDataPath
@@ -145,10 +145,9 @@ class DocumentPreprocessingFleet(Construct):
             plan=plan, min_instances=min_instances, max_instances=max_instances, raw_prefix=raw_prefix,
             max_receive_count=max_receive_count, scale_in_after=scale_in_after, machine_image=machine_image,
             notifications_topic=notifications_topic)
-        try:
-            plan = plan or plan_preprocessing(traffic, formats, region=_region.stack_region(scope))
-        except GenaiConstructsError as error:
-            raise ConfigurationError(_NAME, [f"traffic/formats: {error}"]) from None
+        region = _region.stack_region(scope)
+        plan = _launch.given_or_planned(_NAME, "traffic/formats", plan,
+                                        lambda: plan_preprocessing(traffic, formats, region=region))
         problems = _region.region_problems(scope, instance_types=[plan.instance_type])
         self.max_instances = max_instances if max_instances is not None else max(plan.instances, min_instances, 1)
         if min_instances > self.max_instances:
@@ -418,11 +417,7 @@ def _check_arguments(
 ) -> str:
     """Every argument's type and range, all problems at once; returns the tokenizer spec to use."""
     problems: list[str] = []
-    checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
-                       fix=f"pass the stack: {_NAME}(stack, 'Prep', ...)")
-    checks.text(problems, "id", id, fix=f"pass the construct id: {_NAME}(stack, 'Prep', ...)")
-    checks.instance_of(problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
-                       fix="pass the PrivateDataPath itself (network=net)")
+    _launch.check_placement(problems, fleet=_NAME, example_id='Prep', scope=scope, id=id, network=network)
     checks.instance_of(problems, "embedding", embedding, EmbeddingBatchFleet, allowed="an EmbeddingBatchFleet",
                        fix="pass the GPU fleet the chunks go to: embedding=EmbeddingBatchFleet(stack, 'Embed', ...)")
     checks.instance_of(problems, "traffic", traffic, BatchTraffic, allowed="a BatchTraffic",
@@ -441,10 +436,7 @@ def _check_arguments(
     checks.text(problems, "raw_prefix", raw_prefix, empty=True, fix="e.g. raw_prefix='raw/'")
     checks.instance_of(problems, "scale_in_after", scale_in_after, Duration, allowed="a Duration",
                        fix="e.g. scale_in_after=Duration.minutes(10)")
-    checks.cdk_interface(problems, "machine_image", machine_image, attributes=("get_image",),
-                         allowed="an ec2.IMachineImage", fix="e.g. ec2.MachineImage.generic_linux({...})")
-    checks.cdk_interface(problems, "notifications_topic", notifications_topic, attributes=("topic_arn",),
-                         allowed="an sns.ITopic", fix="e.g. sns.Topic.from_topic_arn(stack, 'Topic', 'arn:aws:sns:...')")
+    _launch.check_overrides(problems, machine_image=machine_image, notifications_topic=notifications_topic)
     if vector_store is not None and not isinstance(vector_store, VectorStoreConnection):
         problems.append(f"vector_store ({vector_store!r}) must be a vector store construct such as AuroraVectorStore "
                         "(port, database_name, table, dimension, writer_address, secret, allow_from, "

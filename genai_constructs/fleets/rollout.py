@@ -114,6 +114,33 @@ def _task(service: str, action: str, parameters: dict[str, Any], next_state: str
     return state
 
 
+def _notify(subject: str, message: str, next_state: str) -> dict[str, Any]:
+    """A state that publishes one notification to the rollout's topic (``$.topicArn``); ``message`` is a
+    ``States.Format`` expression. Not caught: a notification is the last word of its path."""
+    return {"Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": next_state,
+            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": subject, "Message.$": message}}
+
+
+def _count_until_ready(read: str, service: str, action: str, parameters: dict[str, Any], *, count: str, ready: str,
+                       selected: tuple[str, str], result_path: str, then: str, ready_timeout_s: int,
+                       ) -> dict[str, Any]:
+    """Three states of the wait for the new slot: ``read`` calls ``service:action`` and keeps the entries of one
+    list (``selected``: the key to keep them under, the JSONPath filter that picks them), ``count`` counts them, and
+    ``ready`` goes to ``then`` once there are as many as the old slot's desired capacity, to NewSlotNotReady (a roll
+    back) once ``ready_timeout_s`` seconds are waited, else to WaitForNewSlot (which reads again)."""
+    key, path = selected
+    return {
+        read: _task(service, action, parameters, count, result_selector={f"{key}.$": path}, result_path=result_path),
+        count: {"Type": "Pass", "Parameters": {"count.$": f"States.ArrayLength({result_path}.{key})"},
+                "ResultPath": result_path, "Next": ready},
+        ready: {"Type": "Choice", "Choices": [
+            {"Variable": f"{result_path}.count", "NumericGreaterThanEqualsPath": "$.oldCapacity.desired",
+             "Next": then},
+            {"Variable": "$.ready.waited", "NumericGreaterThanEquals": ready_timeout_s, "Next": "NewSlotNotReady"}],
+            "Default": "WaitForNewSlot"},
+    }
+
+
 def _weights(old_percent: int) -> list[dict[str, Any]]:
     return [{"Type": "forward", "ForwardConfig": {"TargetGroups": [
         {"TargetGroupArn.$": "$.oldSlot.targetGroupArn", "Weight": old_percent},
@@ -203,14 +230,14 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int, warm_pool
             # A refresh that has already ended cannot be rolled back; say so in the notification.
             "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.undoError", "Next": "NotifyInPlace"}],
             "Next": "NotifyInPlace"},
-        "NotifyInPlace": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "ReleaseLockInPlace",
-            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Release refused: a version changed in place",
-                           "Message.$": "States.Format('Version {} was deployed to slot {}, which serves version {}: "
-                                        "its instance refresh was rolled back, so the slot keeps serving {}. Ship a "
-                                        "version by appending it to model_artifact (the release history), never by "
-                                        "editing the serving entry (docs/rollouts.md).', $.newSlot.version, "
-                                        "$.newSlot.name, $.last.release.version, $.last.release.version)"}},
+        "NotifyInPlace": _notify(
+            "Release refused: a version changed in place",
+            "States.Format('Version {} was deployed to slot {}, which serves version {}: "
+            "its instance refresh was rolled back, so the slot keeps serving {}. Ship a "
+            "version by appending it to model_artifact (the release history), never by "
+            "editing the serving entry (docs/rollouts.md).', $.newSlot.version, "
+            "$.newSlot.name, $.last.release.version, $.last.release.version)",
+            "ReleaseLockInPlace"),
         "ReleaseLockInPlace": {
             "Type": "Task", "Resource": _sdk("ssm", "putParameter"), "ResultPath": None, "Next": "RefusedInPlace",
             "Parameters": {"Name.$": "$.lockName", "Value.$": "States.JsonToString($.last.release)",
@@ -218,12 +245,12 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int, warm_pool
             "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 2, "MaxAttempts": 5, "BackoffRate": 2}]},
         "RefusedInPlace": {"Type": "Fail", "Error": "InPlaceVersionChange",
                            "Cause": "The release changed the serving slot's version; its refresh was rolled back"},
-        "NotifyRefused": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "Refused",
-            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout refused: another rollout is running",
-                           "Message.$": "States.Format('Rollout of {} to slot {} refused: another rollout of this "
-                                        "fleet is running. Nothing was changed; deploy again once it has finished "
-                                        "(or stop it: docs/rollouts.md).', $.newSlot.version, $.newSlot.name)"}},
+        "NotifyRefused": _notify(
+            "Rollout refused: another rollout is running",
+            "States.Format('Rollout of {} to slot {} refused: another rollout of this "
+            "fleet is running. Nothing was changed; deploy again once it has finished "
+            "(or stop it: docs/rollouts.md).', $.newSlot.version, $.newSlot.name)",
+            "Refused"),
         "Refused": {"Type": "Fail", "Error": "RolloutInProgress",
                     "Cause": "Another rollout of this fleet is running; this one changed nothing"},
         "ReadOldSlot": _task(
@@ -260,18 +287,11 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int, warm_pool
                                 _capacity("newSlot", min_size="$.oldCapacity.desired",
                                           desired="$.oldCapacity.desired"),
                                 "ReadNewSlotHealth"),
-        "ReadNewSlotHealth": _task(
-            "elasticloadbalancingv2", "describeTargetHealth", {"TargetGroupArn.$": "$.newSlot.targetGroupArn"},
-            "CountHealthy", result_selector={
-                "healthy.$": "$.TargetHealthDescriptions[?(@.TargetHealth.State == 'healthy')]"},
-            result_path="$.health"),
-        "CountHealthy": {"Type": "Pass", "Parameters": {"count.$": "States.ArrayLength($.health.healthy)"},
-                         "ResultPath": "$.health", "Next": "NewSlotReady"},
-        "NewSlotReady": {"Type": "Choice", "Choices": [
-            {"Variable": "$.health.count", "NumericGreaterThanEqualsPath": "$.oldCapacity.desired",
-             "Next": f"Shift{policy.steps[0]}"},
-            {"Variable": "$.ready.waited", "NumericGreaterThanEquals": ready_timeout_s, "Next": "NewSlotNotReady"}],
-            "Default": "WaitForNewSlot"},
+        **_count_until_ready(
+            "ReadNewSlotHealth", "elasticloadbalancingv2", "describeTargetHealth",
+            {"TargetGroupArn.$": "$.newSlot.targetGroupArn"}, count="CountHealthy", ready="NewSlotReady",
+            selected=("healthy", "$.TargetHealthDescriptions[?(@.TargetHealth.State == 'healthy')]"),
+            result_path="$.health", then=f"Shift{policy.steps[0]}", ready_timeout_s=ready_timeout_s),
         "WaitForNewSlot": {"Type": "Wait", "Seconds": ready_poll_s, "Next": "TickReadyClock"},
         "TickReadyClock": {"Type": "Pass", "ResultPath": "$.ready", "Next": "AfterReadyTick",
                            "Parameters": {"waited.$": f"States.MathAdd($.ready.waited, {ready_poll_s})"}},
@@ -312,12 +332,12 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int, warm_pool
                                       "ScaleOldSlotToZero"),
         "ScaleOldSlotToZero": _task("autoscaling", "updateAutoScalingGroup",
                                     _capacity("oldSlot", min_size=0, desired=0), "NotifyDone", catch=False),
-        "NotifyDone": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RecordDone",
-            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout complete",
-                           "Message.$": "States.Format('Rollout complete: version {} (slot {}) serves every request; "
-                                        "slot {} (version {}) scales to zero.', $.newSlot.version, $.newSlot.name, "
-                                        "$.oldSlot.name, $.oldSlot.version)"}},
+        "NotifyDone": _notify(
+            "Rollout complete",
+            "States.Format('Rollout complete: version {} (slot {}) serves every request; "
+            "slot {} (version {}) scales to zero.', $.newSlot.version, $.newSlot.name, "
+            "$.oldSlot.name, $.oldSlot.version)",
+            "RecordDone"),
         **release_lock("Done", "newSlot", "Done"),
         "Done": {"Type": "Succeed"},
         # ---- Roll back: traffic first (one call), then capacity, then say why ------------------------------
@@ -337,20 +357,20 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int, warm_pool
         "WhyRolledBack": {"Type": "Choice", "Choices": [
             {"Variable": "$.failure", "IsPresent": True, "Next": "NotifyRolledBackOnError"}],
             "Default": "NotifyRolledBackOnAlarm"},
-        "NotifyRolledBackOnAlarm": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RecordAfterRollBack",
-            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout rolled back: an alarm fired",
-                           "Message.$": "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
-                                        "slot {} (version {}) again. In ALARM: {}.', $.newSlot.version, "
-                                        "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
-                                        "States.JsonToString($.alarms.names))"}},
-        "NotifyRolledBackOnError": {
-            "Type": "Task", "Resource": _sdk("sns", "publish"), "ResultPath": None, "Next": "RecordAfterRollBack",
-            "Parameters": {"TopicArn.$": "$.topicArn", "Subject": "Rollout rolled back: a step failed",
-                           "Message.$": "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
-                                        "slot {} (version {}) again. Failure: {}.', $.newSlot.version, "
-                                        "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
-                                        "States.JsonToString($.failure))"}},
+        "NotifyRolledBackOnAlarm": _notify(
+            "Rollout rolled back: an alarm fired",
+            "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
+            "slot {} (version {}) again. In ALARM: {}.', $.newSlot.version, "
+            "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
+            "States.JsonToString($.alarms.names))",
+            "RecordAfterRollBack"),
+        "NotifyRolledBackOnError": _notify(
+            "Rollout rolled back: a step failed",
+            "States.Format('Rollout of {} (slot {}) rolled back: every request is on "
+            "slot {} (version {}) again. Failure: {}.', $.newSlot.version, "
+            "$.newSlot.name, $.oldSlot.name, $.oldSlot.version, "
+            "States.JsonToString($.failure))",
+            "RecordAfterRollBack"),
         **release_lock("AfterRollBack", "oldSlot", "RolledBack"),
         "RolledBack": {"Type": "Fail", "Error": "RolledBack",
                        "Cause": "The new version was rolled back; the notification says why"},
@@ -360,21 +380,11 @@ def rollout_definition(policy: RolloutPolicy, *, ready_timeout_s: int, warm_pool
         # instance launched, prepared (weights and image on its volume) and stopped under the launch hook; scaling
         # up before they are stopped and ready would launch cold (EC2 Auto Scaling user guide, "View warm pool
         # instance states": Warmed:Pending until the hook completes, then Warmed:Stopped). Wait for them.
-        states.update({
-            "ReadNewSlotPool": _task(
-                "autoscaling", "describeWarmPool", {"AutoScalingGroupName.$": "$.newSlot.groupName"},
-                "CountPooled", result_selector={
-                    "ready.$": "$.Instances[?(@.LifecycleState == 'Warmed:Stopped')]"},
-                result_path="$.pool"),
-            "CountPooled": {"Type": "Pass", "Parameters": {"count.$": "States.ArrayLength($.pool.ready)"},
-                            "ResultPath": "$.pool", "Next": "NewSlotPoolReady"},
-            "NewSlotPoolReady": {"Type": "Choice", "Choices": [
-                {"Variable": "$.pool.count", "NumericGreaterThanEqualsPath": "$.oldCapacity.desired",
-                 "Next": "ScaleUpNewSlot"},
-                {"Variable": "$.ready.waited", "NumericGreaterThanEquals": ready_timeout_s,
-                 "Next": "NewSlotNotReady"}],
-                "Default": "WaitForNewSlot"},
-        })
+        states.update(_count_until_ready(
+            "ReadNewSlotPool", "autoscaling", "describeWarmPool", {"AutoScalingGroupName.$": "$.newSlot.groupName"},
+            count="CountPooled", ready="NewSlotPoolReady",
+            selected=("ready", "$.Instances[?(@.LifecycleState == 'Warmed:Stopped')]"), result_path="$.pool",
+            then="ScaleUpNewSlot", ready_timeout_s=ready_timeout_s))
         # The deploy that started this rollout gave the new slot the warm pool and emptied the old one's
         # (GpuInferenceFleet: the idle slot keeps no stopped instances); a rollback swaps them back, so the slot that
         # serves again scales out warm and the failed version's stopped instances stop costing EBS.

@@ -473,11 +473,45 @@ def retry_soon(sqs: Any, queue_url: str, message_id: str, receipt_handle: str, b
         LOG.warning("message %s: could not shorten its visibility (%s)", message_id, error)
 
 
+class QueueTiming:
+    """The visibility timing a queue consumer's config shares (the configs are dataclasses holding the field)."""
+
+    visibility_timeout_s: int
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """Extend visibility three times per timeout: two heartbeats may be lost before a message is exposed."""
+        return max(1.0, self.visibility_timeout_s / 3)
+
+
+class StoppableWorker:
+    """The stop flag a queue consumer shares: the first reason to stop is kept and logged (by the consumer's own
+    logger), and the loops wait on the event, so a stop wakes them at once."""
+
+    def __init__(self) -> None:
+        self.stop_reason: str | None = None
+        self._stop = threading.Event()
+
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            self._log.warning("stopping: %s; taking no more work", reason)
+            self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def _log(self) -> logging.Logger:
+        return LOG
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The worker
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass
-class WorkerConfig:
+class WorkerConfig(QueueTiming):
     queue_url: str
     output_bucket: str
     output_prefix: str = "embeddings/"
@@ -496,11 +530,6 @@ class WorkerConfig:
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     metrics_namespace: str | None = None
     fleet_name: str = "embedding"
-
-    @property
-    def heartbeat_interval_s(self) -> float:
-        """Extend visibility three times per timeout: two heartbeats may be lost before a message is exposed."""
-        return max(1.0, self.visibility_timeout_s / 3)
 
 
 EMPTY_RECEIVE_PAUSE_S = 0.2
@@ -521,7 +550,7 @@ class _Held:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-class BatchWorker:
+class BatchWorker(StoppableWorker):
     """Consumes one queue with one encoder; see the module docstring for the guarantees."""
 
     def __init__(
@@ -534,14 +563,13 @@ class BatchWorker:
         cloudwatch: Any | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         self.config = config
         self.encoder = encoder
         self.sqs = sqs
         self.s3 = s3
         self.cloudwatch = cloudwatch
         self._clock = clock
-        self.stop_reason: str | None = None
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._held: dict[str, _Held] = {}
         self._slots = threading.Semaphore(config.max_concurrency)
@@ -553,16 +581,6 @@ class BatchWorker:
         self.counters = {"documents": 0, "vectors": 0, "failed_documents": 0, "messages": 0}
 
     # -- control ---------------------------------------------------------------------------------------------
-    def request_stop(self, reason: str) -> None:
-        if not self._stop.is_set():
-            self.stop_reason = reason
-            LOG.warning("stopping: %s; taking no more work", reason)
-            self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def _transition(self, held: _Held, allowed: Sequence[str], new_state: str) -> bool:
         with self._lock:
             if held.state not in allowed:
@@ -1065,6 +1083,45 @@ def resolve_settings(
     return values, labels
 
 
+@dataclass
+class SettingsCheck:
+    """A runtime program's settings as text (:func:`resolve_settings`) and the problems found in them so far."""
+
+    values: dict[str, str | None]
+    labels: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, name: str, text: str) -> None:
+        """Record one problem, naming the flag or variable that set ``name`` ("argument --x: ...")."""
+        self.problems.append(f"{self.labels[name]}: {text}")
+
+
+def check_settings(
+    args: argparse.Namespace, flags: dict[str, str], env_names: dict[str, str], defaults: dict[str, str | None],
+    environ: dict[str, str] | None = None, *, required: Iterable[str] = (), queue_urls: Iterable[str] = (),
+) -> SettingsCheck:
+    """:func:`resolve_settings`, with a problem for each of ``required`` left empty (naming its flag and variable)
+    and for each given queue URL (``queue_url_problem``) among ``queue_urls``. Shared by the runtime programs'
+    settings functions, so every program words these problems alike."""
+    values, labels = resolve_settings(args, flags, env_names, defaults, environ)
+    check = SettingsCheck(values, labels)
+    for name in required:
+        if not values[name]:
+            check.problem(name, f"is required; pass {flags[name]} or set {env_names[name]}")
+    for name in queue_urls:
+        url_problem = queue_url_problem(values[name] or "")
+        if values[name] and url_problem:
+            check.problem(name, url_problem)
+    return check
+
+
+def report_problems(program: str, problems: Sequence[str]) -> int:
+    """Print each settings problem as one ``<program>: error: ...`` line on stderr; the usage-error status, 2."""
+    for line in problems:
+        print(f"{program}: error: {line}", file=sys.stderr)
+    return 2
+
+
 def whole_numbers(values: dict[str, str | None], ranges: dict[str, tuple[int, int | None, str]],
                   problem: Callable[[str, str], None]) -> dict[str, int]:
     """The settings of ``ranges`` (name -> (low, high or None, fix)) as ints; each bad one reported to ``problem``.
@@ -1104,18 +1161,10 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
     problem the configuration is None.
     """
     args = _parser().parse_args(argv)
-    values, labels = resolve_settings(args, _FLAGS, ENV, _WORKER_DEFAULTS, environ)
-    problems: list[str] = []
-
-    def problem(name: str, text: str) -> None:
-        problems.append(f"{labels[name]}: {text}")
-
-    for name in ("queue_url", "output_bucket"):
-        if not values[name]:
-            problem(name, f"is required; pass {_FLAGS[name]} or set {ENV[name]}")
+    check = check_settings(args, _FLAGS, ENV, _WORKER_DEFAULTS, environ, required=("queue_url", "output_bucket"),
+                           queue_urls=("queue_url",))
+    values, problems, problem = check.values, check.problems, check.problem
     queue_url, bucket = values["queue_url"] or "", values["output_bucket"] or ""
-    if queue_url and queue_url_problem(queue_url):
-        problem("queue_url", str(queue_url_problem(queue_url)))
     if bucket and bucket_name_problem(bucket):
         problem("output_bucket", f"{bucket_name_problem(bucket)}; give the bucket name alone, e.g. "
                                  f"{_FLAGS['output_bucket']} my-vectors")
@@ -1164,9 +1213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the worker: 2 for bad settings, 1 when the queue cannot be reached at start (one line per problem)."""
     config, device, problems = worker_settings(argv)
     if config is None:
-        for problem in problems:
-            print(f"batch_worker: error: {problem}", file=sys.stderr)
-        return 2
+        return report_problems("batch_worker", problems)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
                         stream=sys.stderr)
     import boto3  # type: ignore[import-untyped]  # the worker extra; not needed to import this module

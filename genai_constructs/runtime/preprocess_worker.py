@@ -72,18 +72,20 @@ from genai_constructs.runtime.batch_worker import (
     MAX_WAIT_TIME_SECONDS,
     DocumentError,
     MalformedMessageError,
+    QueueTiming,
+    StoppableWorker,
     WorkMessage,
     bucket_name_problem,
+    check_settings,
     explain_aws_error,
     extend_visibility,
     hand_back_message,
     http_url_problem,
     parse_message,
-    queue_url_problem,
     read_object,
     receive_messages,
     region_problem,
-    resolve_settings,
+    report_problems,
     retry_soon,
     watch_interruptions,
     whole_numbers,
@@ -208,7 +210,7 @@ def parse_work(body: str) -> WorkMessage | None:
 
 
 @dataclass
-class PreprocessConfig:
+class PreprocessConfig(QueueTiming):
     queue_url: str
     dead_letter_queue_url: str
     output_bucket: str
@@ -226,38 +228,27 @@ class PreprocessConfig:
     worker_id: str = ""
     """Named in failure records: the instance id on EC2, else the host name."""
 
-    @property
-    def heartbeat_interval_s(self) -> float:
-        return max(1.0, self.visibility_timeout_s / 3)
-
 
 class TransientError(Exception):
     """S3 or SQS failed for a reason that may pass: the message is retried, never dead-lettered."""
 
 
-class PreprocessWorker:
+class PreprocessWorker(StoppableWorker):
     """Consumes the raw-document queue with one tokenizer chunker; see the module docstring for the guarantees."""
 
     def __init__(self, config: PreprocessConfig, *, chunker: Any, sqs: Any, s3: Any) -> None:
+        super().__init__()
         self.config = config
         self.chunker = chunker
         self.sqs = sqs
         self.s3 = s3
-        self.stop_reason: str | None = None
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._receipt: str | None = None
         self.counters = {"documents": 0, "chunks": 0, "objects": 0, "dead_lettered": 0, "messages": 0, "retried": 0}
 
-    def request_stop(self, reason: str) -> None:
-        if not self._stop.is_set():
-            self.stop_reason = reason
-            LOG.warning("stopping: %s; taking no more work", reason)
-            self._stop.set()
-
     @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
+    def _log(self) -> logging.Logger:
+        return LOG
 
     def run(self) -> int:
         threads = [threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)]
@@ -417,18 +408,10 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
                     ) -> tuple[Settings | None, list[str]]:
     """The settings from flags and ``GENAI_*`` variables, and every problem (naming flag or variable, value, fix)."""
     args = _parser().parse_args(argv)
-    values, labels = resolve_settings(args, FLAGS, ENV, _DEFAULTS, environ)
-    problems: list[str] = []
-
-    def problem(name: str, text: str) -> None:
-        problems.append(f"{labels[name]}: {text}")
-
-    for name in ("queue_url", "dead_letter_queue_url", "output_bucket"):
-        if not values[name]:
-            problem(name, f"is required; pass {FLAGS[name]} or set {ENV[name]}")
-    for name in ("queue_url", "dead_letter_queue_url"):
-        if values[name] and queue_url_problem(values[name] or ""):
-            problem(name, str(queue_url_problem(values[name] or "")))
+    check = check_settings(args, FLAGS, ENV, _DEFAULTS, environ,
+                           required=("queue_url", "dead_letter_queue_url", "output_bucket"),
+                           queue_urls=("queue_url", "dead_letter_queue_url"))
+    values, problems, problem = check.values, check.problems, check.problem
     bucket = values["output_bucket"] or ""
     if bucket and bucket_name_problem(bucket):
         problem("output_bucket", f"{bucket_name_problem(bucket)}; give the embedding fleet's input bucket name "
@@ -496,9 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the worker: 2 for bad settings, 1 when a queue cannot be reached at start (one line per problem)."""
     settings, problems = worker_settings(argv)
     if settings is None:
-        for line in problems:
-            print(f"preprocess_worker: error: {line}", file=sys.stderr)
-        return 2
+        return report_problems("preprocess_worker", problems)
     # One process per vCPU: the Rust tokenizer's own thread pool would oversubscribe the cores the other workers use.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from genai_constructs.runtime.documents import TokenChunker

@@ -52,12 +52,12 @@ from genai_constructs.runtime.batch_worker import (
     OUTPUT_SUFFIX,
     MalformedMessageError,
     bucket_name_problem,
+    check_settings,
     explain_aws_error,
     parse_message,
-    queue_url_problem,
     receive_messages,
     region_problem,
-    resolve_settings,
+    report_problems,
     retry_soon,
     whole_numbers,
 )
@@ -138,19 +138,10 @@ def loader_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
     from genai_constructs.runtime.vector_store import VectorStoreError, _check_table
 
     args = _parser().parse_args(argv)
-    values, labels = resolve_settings(args, FLAGS, ENV, _DEFAULTS, environ)
-    problems: list[str] = []
-
-    def problem(name: str, text: str) -> None:
-        problems.append(f"{labels[name]}: {text}")
-
     required = ["dimension", "secret_arn", "queue_url" if args.command == "load-queue" else "bucket"]
-    for name in required:
-        if not values[name]:
-            problem(name, f"is required; pass {FLAGS[name]} or set {ENV[name]}")
+    check = check_settings(args, FLAGS, ENV, _DEFAULTS, environ, required=required, queue_urls=("queue_url",))
+    values, problems, problem = check.values, check.problems, check.problem
     queue_url, bucket = values["queue_url"] or "", values["bucket"] or ""
-    if queue_url and queue_url_problem(queue_url):
-        problem("queue_url", str(queue_url_problem(queue_url)))
     if bucket and bucket_name_problem(bucket):
         problem("bucket", f"{bucket_name_problem(bucket)}; give the embedding output bucket's name, e.g. --bucket "
                           "my-vectors (the key prefix is --prefix)")
@@ -297,9 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a command: 2 for bad settings, 1 when AWS or the database cannot be reached at start."""
     settings, problems = loader_settings(argv)
     if settings is None:
-        for line in problems:
-            print(f"vector_loader: error: {line}", file=sys.stderr)
-        return 2
+        return report_problems("vector_loader", problems)
     import boto3  # type: ignore[import-untyped]
     import psycopg
 

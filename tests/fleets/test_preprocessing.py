@@ -266,11 +266,14 @@ def test_boot_script_runs_for_real_against_stubs(tmp_path: Path) -> None:
     assert ("docker run --rm --name genai-orchestrator --network host --read-only --tmpfs /tmp --env-file "
             f"{root}/etc/genai/cpu-tier.env --log-driver none 123.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:abc "
             "genai_constructs.runtime.rag_orchestrator --availability-zone us-east-1b --model 'it'\"'\"'s'") in unit
-    # the database password reaches the container's environment only, in a root-only file
+    # the containers' env file holds the Region only: the programs read the secret themselves, so no password (which
+    # a rotation would leave stale) is written anywhere on disk
     env_file = root / "etc/genai/cpu-tier.env"
-    assert 'PGUSER=rag\nPGPASSWORD=p w$d"x\n' in env_file.read_text() and oct(env_file.stat().st_mode)[-3:] == "600"
+    assert env_file.read_text() == "AWS_DEFAULT_REGION=us-east-1\nAWS_REGION=us-east-1\n"
+    on_disk = [p for p in root.rglob("*") if p.is_file() and b"p w$d" in p.read_bytes()]
+    assert on_disk == []
     calls = (tmp_path / "calls.log").read_text()
-    assert "aws secretsmanager get-secret-value --region us-east-1 --secret-id arn:aws:secretsmanager" in calls
+    assert "secretsmanager" not in calls
     assert "docker pull --quiet 123.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:abc" in calls
     assert calls.index("systemctl enable --now genai-orchestrator.service") < calls.index(
         "systemctl enable --now genai-loader.service")

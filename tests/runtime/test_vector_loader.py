@@ -15,7 +15,6 @@ import pytest
 from genai_constructs.runtime.batch_worker import OUTPUT_SUFFIX, Chunk, output_lines
 from genai_constructs.runtime.encoders import HashingEncoder
 from genai_constructs.runtime.vector_store import load_outputs
-from tests.runtime.test_batch_worker_reliability import aws_env, monkeypatch_module, moto_endpoint  # noqa: F401
 
 psycopg = pytest.importorskip("psycopg")
 boto3 = pytest.importorskip("boto3")
@@ -101,7 +100,7 @@ def test_fails_bad_flags_with_one_line_each_and_exit_2() -> None:
 
 
 def test_the_backfill_loads_every_embeddings_object_once_and_a_rerun_changes_nothing(
-        aws_env: dict[str, str], database: LocalPostgres) -> None:  # noqa: F811
+        aws_env: dict[str, str], database: LocalPostgres) -> None:
     s3 = boto3.client("s3")
     bucket = f"vectors-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
@@ -119,7 +118,7 @@ def test_the_backfill_loads_every_embeddings_object_once_and_a_rerun_changes_not
     assert _rows(database, "backfill") == {0: "x0", 1: "x1", 2: "x2"}
 
 
-def test_fails_a_secret_that_does_not_exist_with_exit_1(aws_env: dict[str, str],  # noqa: F811
+def test_fails_a_secret_that_does_not_exist_with_exit_1(aws_env: dict[str, str],
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     from genai_constructs.runtime.vector_loader import main
 

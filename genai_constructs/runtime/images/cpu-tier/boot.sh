@@ -2,9 +2,9 @@
 # genai_constructs.fleets._launch.render_cpu_tier_user_data puts "#!/bin/bash", a block of readonly, shell-quoted
 # settings and userdata/common.sh above this line; nothing inside this body is substituted.
 #
-# Settings: IMAGE_URI, AWS_REGION_NAME, CW_AGENT_CONFIG, SECRET_ARN ("" for none), STOP_TIMEOUT_S, and the arrays
-# SERVICE_NAMES and SERVICE_ARGS (one string of shell-quoted arguments after the image per service; the word
-# @AVAILABILITY_ZONE@ in them is replaced by this instance's zone from IMDSv2).
+# Settings: IMAGE_URI, AWS_REGION_NAME, CW_AGENT_CONFIG, SECRET_ARN ("" for none; only logged here), STOP_TIMEOUT_S,
+# and the arrays SERVICE_NAMES and SERVICE_ARGS (one string of shell-quoted arguments after the image per service; the
+# word @AVAILABILITY_ZONE@ in them is replaced by this instance's zone from IMDSv2).
 readonly GENAI_ETC="${FS_ROOT}/etc/genai" LOG_DIR="${FS_ROOT}/var/log/genai"
 mkdir -p "${LOG_DIR}" "${GENAI_ETC}" "${FS_ROOT}/etc/systemd/system"
 exec >> "${LOG_DIR}/bootstrap.log" 2>&1
@@ -21,19 +21,12 @@ printf '%s' "${CW_AGENT_CONFIG}" > "${agent}/etc/genai-cpu-tier.json"
 "${agent}/bin/amazon-cloudwatch-agent-ctl" -a fetch-config -m ec2 -s -c "file:${agent}/etc/genai-cpu-tier.json"
 pull_image "${IMAGE_URI}"
 zone=$(imds placement/availability-zone) || die "no availability zone from IMDSv2"
-umask 077
-{
-  printf 'AWS_DEFAULT_REGION=%s\nAWS_REGION=%s\n' "${AWS_REGION_NAME}" "${AWS_REGION_NAME}"
-  if [[ -n "${SECRET_ARN}" ]]; then
-    # The database user and password, fetched at boot with the instance role (never in the user data or the template); the
-    # env file is root-only (umask 077) and docker passes it to the container's environment.
-    secret=$(aws secretsmanager get-secret-value --region "${AWS_REGION_NAME}" --secret-id "${SECRET_ARN}" \
-      --query SecretString --output text) || die "cannot read the database secret ${SECRET_ARN}"
-    # libpq reads PGUSER and PGPASSWORD from the environment ("Environment Variables", PostgreSQL documentation).
-    printf '%s' "${secret}" | python3 -c 'import json, sys; s = json.load(sys.stdin); print("PGUSER=" + s["username"]); print("PGPASSWORD=" + s["password"])'
-  fi
-} > "${GENAI_ETC}/cpu-tier.env"
-umask 022
+# The programs read the database secret themselves with the instance role (--secret-arn): the orchestrator again
+# when a reader refuses the password after a rotation, the loader at each start (systemd restarts it when a connect
+# fails). So nothing here writes the user or the password to disk, where a rotation would leave a stale copy; the
+# containers' env file holds the Region only.
+[[ -z "${SECRET_ARN}" ]] || log "the services read the database secret ${SECRET_ARN} themselves"
+printf 'AWS_DEFAULT_REGION=%s\nAWS_REGION=%s\n' "${AWS_REGION_NAME}" "${AWS_REGION_NAME}" > "${GENAI_ETC}/cpu-tier.env"
 for i in "${!SERVICE_NAMES[@]}"; do
   name=${SERVICE_NAMES[$i]}
   args=${SERVICE_ARGS[$i]//@AVAILABILITY_ZONE@/${zone}}
