@@ -804,7 +804,8 @@ def render_cpu_tier_user_data(
 ) -> str:
     """The CPU tier's boot script: settings, ``userdata/common.sh`` (logging, IMDSv2), then
     ``runtime/images/cpu-tier/boot.sh`` (docker and the CloudWatch agent from the AL2023 repositories, the image
-    pulled from ECR, ``PGPASSWORD`` from ``secret_arn`` when given, one systemd unit per service)."""
+    pulled from ECR, one systemd unit per service; the programs read the database secret themselves, so no password
+    is written to disk)."""
     if not services:
         raise ValueError("a CPU tier instance runs at least one service")
     body = _boot_body(RUNTIME_DIR / "userdata" / "common.sh", CPU_TIER_BOOT_SCRIPT)

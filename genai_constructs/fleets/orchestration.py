@@ -183,7 +183,7 @@ class RagOrchestrationFleet(Construct):
             *[a for reader in vector_store.reader_arguments() for a in ("--reader", reader)],
             "--availability-zone", "@AVAILABILITY_ZONE@",
             # The user and password from the store's secret, read at start and again when a rotation changed them
-            # (the boot script's PGUSER/PGPASSWORD would go stale); rds.force_ssl is on in the store's parameter
+            # (a password fetched once at boot would go stale); rds.force_ssl is on in the store's parameter
             # group, so TLS is required.
             "--database", f"dbname={vector_store.database_name} sslmode=require", "--table", vector_store.table,
             "--secret-arn", vector_store.secret.secret_arn, "--region", Aws.REGION,

@@ -84,9 +84,10 @@ REPLICA_LAG_ALARM_MS = 1000.0
 by well under 100 ms (Replication with Amazon Aurora,
 https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/Aurora.Replication.html)."""
 SECRET_ROTATION_INTERVAL = Duration.days(30)
-"""The master password changes monthly. The consumers re-read the secret when the database refuses the password
-(``runtime.rag_orchestrator --secret-arn``, ``runtime.vector_loader``), so a rotation costs each of them one failed
-connection and one GetSecretValue call; NIST 800-53 IA-5 leaves the period to the organization, and a month keeps
+"""The master password changes monthly. The orchestrator re-reads the secret when a reader refuses the password
+(``runtime.rag_orchestrator --secret-arn``); the loader (``runtime.vector_loader``) keeps one open connection, which a
+rotation does not close, and reads the secret again whenever systemd restarts it; so a rotation costs a consumer at
+most one failed connection and one GetSecretValue call; NIST 800-53 IA-5 leaves the period to the organization, and a month keeps
 a leaked password short-lived without rotating so often that a rotation is always in flight."""
 ALARM_EVALUATION_PERIODS = 5
 ALARM_DATAPOINTS = 3

