@@ -14,6 +14,7 @@ SLOW_FIRST = (
     "tests/fleets/test_preprocessing.py",
     "tests/runtime/test_batch_pipeline_end_to_end.py",
     "tests/runtime/test_preprocess_worker.py",
+    "tests/test_readme.py",
 )
 
 
