@@ -71,6 +71,6 @@ def test_the_rag_program_synthesizes_every_tier(name: str, tmp_path: Path) -> No
     types = _types(templates["Rag"])
     assert {"AWS::RDS::DBCluster", "AWS::SecretsManager::RotationSchedule", "AWS::S3::Bucket",
             "AWS::ElasticLoadBalancingV2::Listener"} <= types
-    groups = [k for k, r in templates["Rag"]["Resources"].items()  # type: ignore[union-attr]
-              if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    resources: dict[str, dict[str, str]] = templates["Rag"]["Resources"]  # type: ignore[assignment]
+    groups = [k for k, r in resources.items() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
     assert {g[:4] for g in groups} >= {"Embe", "Prep", "Chat", "Answ"}
