@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import operator
 import os
 import re
 import types
@@ -928,6 +929,40 @@ class RagTraffic(_Frozen):
     query_tokens: int = Field(default=64, gt=0, description="Mean question length, tokens (embedded on the CPU).")
     stored_chunks: int = Field(default=1_000_000, gt=0, description="Chunks held by the vector store.")
     headroom: float = Field(default=DEFAULT_HEADROOM, ge=0, lt=1, description="See DEFAULT_HEADROOM.")
+
+    _RANGE_FIXES: ClassVar[dict[str, str]] = {
+        "requests_per_s": "RAG answers started per second at peak, e.g. requests_per_s=50",
+        "top_k": f"chunks retrieved per request, 1 to 1000, e.g. top_k={DEFAULT_RAG_TOP_K}",
+        "chunk_tokens": "the preprocessing tier's chunk length, e.g. chunk_tokens=254 for all-MiniLM-L6-v2",
+        "bytes_per_token": f"UTF-8 bytes per token of stored text, above 0 and at most 16 (English: "
+                           f"{DEFAULT_UTF8_BYTES_PER_TOKEN:g})",
+        "query_tokens": "mean question length in tokens, e.g. query_tokens=64",
+        "stored_chunks": "chunks the vector store holds, e.g. stored_chunks=2_000_000",
+        "headroom": f"the spare fraction kept at peak, from 0 up to (not including) 1, e.g. headroom={DEFAULT_HEADROOM}",
+    }
+    """Per field, the fix a range or type error names (pydantic's own 'Input should be greater than 0' names none)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _number_in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic would read requests_per_s="4" as 4.0 (lax mode): a number given as text is a mistake, say so.
+        field = cls.model_fields.get(info.field_name or "")
+        fix = cls._RANGE_FIXES.get(info.field_name or "")
+        if field is None or fix is None:
+            return value
+        if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+            return value  # _Frozen._real_number names these
+        whole = field.annotation is int
+        if not isinstance(value, (int, float)) or (whole and not float(value).is_integer()):
+            shown = f"a {type(value).__name__}" if not isinstance(value, float) else "a fraction"
+            raise ValueError(f"must be a {'whole ' if whole else ''}number, not {shown}: {fix}")
+        for bound in field.metadata:  # annotated_types Gt/Ge/Lt/Le from Field(gt=..., le=...)
+            for name, word, outside in (("gt", "greater than", operator.le), ("ge", "at least", operator.lt),
+                                        ("lt", "less than", operator.ge), ("le", "at most", operator.gt)):
+                limit = getattr(bound, name, None)
+                if limit is not None and outside(value, limit):
+                    raise ValueError(f"must be {word} {limit:g}: {fix}")
+        return value
 
     @computed_field(description="Bytes of chunk text one request reads from the store.")  # type: ignore[prop-decorator]
     @property

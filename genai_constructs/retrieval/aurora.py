@@ -149,6 +149,7 @@ class AuroraVectorStore(Construct):
         self.database_name: str = DATABASE_NAME
         self.table: str = TABLE
         self.dimension: int = dimension
+        self.network: PrivateDataPath = network  # the tiers that connect to the store check they share it
         readers = readers_per_zone or plan.readers_per_zone
         if readers < plan.readers_per_zone:
             Annotations.of(self).add_warning_v2(
@@ -404,6 +405,9 @@ def _validate(
     checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack or a Construct)",
                        fix=f"pass the stack: {_NAME}(stack, 'VectorStore', ...)")
     checks.text(problems, "id", id, fix=f"pass the construct id: {_NAME}(stack, 'VectorStore', ...)")
+    if isinstance(scope, Construct) and isinstance(id, str) and scope.node.try_find_child(id) is not None:
+        problems.append(f"id ({id!r}) is already used by another construct in {scope.node.path or 'the app'!r}: give "
+                        f"this {_NAME} an id of its own, e.g. {_NAME}(stack, {id + '2'!r}, ...)")
     network_ok = checks.instance_of(
         problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
         fix="PrivateDataPath(stack, 'Net', extra_interface_endpoints=['secretsmanager'])")
