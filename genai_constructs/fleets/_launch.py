@@ -263,6 +263,7 @@ def check_placement(problems: list[str], *, fleet: str, example_id: str, scope: 
     checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
                        fix=f"pass the stack: {fleet}(stack, {example_id!r}, ...)")
     checks.text(problems, "id", id, fix=f"pass the construct id: {fleet}(stack, {example_id!r}, ...)")
+    checks.id_in_use(problems, scope, id, construct=fleet)
     checks.instance_of(problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
                        fix="pass the PrivateDataPath itself (network=net)")
 

@@ -651,6 +651,7 @@ def _argument_types(
     checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack)",
                        fix=f"pass the stack: {_NAME}(stack, 'Embed', ...)")
     checks.text(problems, "id", id, fix=f"pass the construct id: {_NAME}(stack, 'Embed', ...)")
+    checks.id_in_use(problems, scope, id, construct=_NAME)
     checks.instance_of(problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
                        fix="pass the PrivateDataPath itself (network=net, not net.vpc); for a VPC of your own, wrap "
                            "it: PrivateDataPath(stack, 'Net', vpc=vpc)")

@@ -24,7 +24,7 @@ from constructs import Construct
 from genai_constructs.errors import ConfigurationError, UnknownPresetError
 from genai_constructs.fleets import _launch, _region
 from genai_constructs.fleets.inference import PLAIN_HTTP_FINDINGS, GpuInferenceFleet
-from genai_constructs.fleets.preprocessing import VectorStoreConnection, id_in_use, vector_store_problems
+from genai_constructs.fleets.preprocessing import VectorStoreConnection, vector_store_problems
 from genai_constructs.network import PrivateDataPath
 from genai_constructs.network import _checks as checks
 from genai_constructs.planner.cpu_tier import OrchestrationPlan, plan_orchestration
@@ -317,7 +317,6 @@ def _check_arguments(
     _launch.check_placement(problems, fleet=_NAME, example_id='Rag', scope=scope, id=id, network=network)
     checks.instance_of(problems, "inference", inference, GpuInferenceFleet, allowed="a GpuInferenceFleet",
                        fix="pass the fleet that generates the answers")
-    id_in_use(problems, scope, id, fleet=_NAME)
     checks.instance_of(problems, "vector_store", vector_store, VectorStoreConnection,
                        allowed="a vector store construct with one reader per zone (an AuroraVectorStore)",
                        fix="vector_store=AuroraVectorStore(stack, 'Store', network=net, traffic=rag_traffic, "

@@ -442,7 +442,6 @@ def _check_arguments(
     checks.instance_of(problems, "scale_in_after", scale_in_after, Duration, allowed="a Duration",
                        fix="e.g. scale_in_after=Duration.minutes(10)")
     _launch.check_overrides(problems, machine_image=machine_image, notifications_topic=notifications_topic)
-    id_in_use(problems, scope, id, fleet=_NAME)
     checks.instance_of(problems, "vector_store", vector_store, VectorStoreConnection, optional=True,
                        allowed="a vector store construct such as AuroraVectorStore",
                        fix="vector_store=AuroraVectorStore(stack, 'Store', network=net, traffic=RagTraffic(...), "
@@ -473,14 +472,6 @@ def _check_arguments(
     if problems:
         raise ConfigurationError(_NAME, problems)
     return resolved or ""
-
-
-def id_in_use(problems: list[str], scope: object, id: object, *, fleet: str) -> None:
-    """A construct id the scope already holds: constructs would raise a bare RuntimeError inside ``__init__``."""
-    node = getattr(scope, "node", None)
-    if isinstance(scope, Construct) and isinstance(id, str) and node is not None and node.try_find_child(id):
-        problems.append(f"id ({id!r}) is already used by another construct in {node.path or 'the app'!r}: give this "
-                        f"{fleet} an id of its own, e.g. {fleet}(stack, {id + '2'!r}, ...)")
 
 
 def vector_store_problems(problems: list[str], network: object, vector_store: object, *, tier: str) -> None:

@@ -73,7 +73,7 @@ def flag(problems: list[str], argument: str, value: object, *, optional: bool = 
     if (value is None and optional) or isinstance(value, bool):
         return True
     allowed = "True, False or None" if optional else "True or False"
-    problems.append(f"{argument} ({value!r}) must be {allowed}, not a {type(value).__name__}: write "
+    problems.append(f"{argument} ({value!r}) must be {allowed}, not {_article(type(value).__name__)}: write "
                     f"{argument}=True or {argument}=False")
     return False
 
@@ -84,7 +84,7 @@ def text(problems: list[str], argument: str, value: object, *, fix: str, optiona
     if value is None and optional:
         return True
     if not isinstance(value, str):
-        problems.append(f"{argument} ({value!r}) must be a string, not a {type(value).__name__}: {fix}")
+        problems.append(f"{argument} ({value!r}) must be a string, not {_article(type(value).__name__)}: {fix}")
         return False
     if not value and not empty:
         problems.append(f"{argument} ('') must not be empty: {fix}")
@@ -92,12 +92,25 @@ def text(problems: list[str], argument: str, value: object, *, fix: str, optiona
     return True
 
 
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def id_in_use(problems: list[str], scope: object, id: object, *, construct: str) -> None:
+    """An id ``scope`` already holds: a construct would raise a bare ``RuntimeError`` ("There is already a
+    Construct with name ...") from inside its ``__init__``, half-built; named here with the fix instead."""
+    node = getattr(scope, "node", None)
+    if isinstance(id, str) and node is not None and hasattr(node, "try_find_child") and node.try_find_child(id):
+        problems.append(f"id ({id!r}) is already used by another construct in {node.path or 'the app'!r}: give this "
+                        f"{construct} an id of its own, e.g. {construct}(stack, {id + '2'!r}, ...)")
+
+
 def instance_of(problems: list[str], argument: str, value: object, expected: type | tuple[type, ...], *,
                 allowed: str, fix: str, optional: bool = False) -> bool:
     """An instance of a concrete class (a construct, a jsii enum or struct, a pydantic model)."""
     if (value is None and optional) or isinstance(value, expected):
         return True
-    problems.append(f"{argument} ({_short(value)}) must be {allowed}, not a {type(value).__name__}: {fix}")
+    problems.append(f"{argument} ({_short(value)}) must be {allowed}, not {_article(type(value).__name__)}: {fix}")
     return False
 
 
@@ -113,7 +126,7 @@ def cdk_interface(problems: list[str], argument: str, value: object, *, attribut
     if value is not None and not isinstance(value, (str, int, float, bool, list, tuple, dict)) and all(
             hasattr(type(value), name) or hasattr(value, name) for name in attributes):
         return True
-    problems.append(f"{argument} ({_short(value)}) must be {allowed}, not a {type(value).__name__}: {fix}")
+    problems.append(f"{argument} ({_short(value)}) must be {allowed}, not {_article(type(value).__name__)}: {fix}")
     return False
 
 

@@ -405,9 +405,7 @@ def _validate(
     checks.instance_of(problems, "scope", scope, Construct, allowed="a construct (a Stack or a Construct)",
                        fix=f"pass the stack: {_NAME}(stack, 'VectorStore', ...)")
     checks.text(problems, "id", id, fix=f"pass the construct id: {_NAME}(stack, 'VectorStore', ...)")
-    if isinstance(scope, Construct) and isinstance(id, str) and scope.node.try_find_child(id) is not None:
-        problems.append(f"id ({id!r}) is already used by another construct in {scope.node.path or 'the app'!r}: give "
-                        f"this {_NAME} an id of its own, e.g. {_NAME}(stack, {id + '2'!r}, ...)")
+    checks.id_in_use(problems, scope, id, construct=_NAME)
     network_ok = checks.instance_of(
         problems, "network", network, PrivateDataPath, allowed="a PrivateDataPath",
         fix="PrivateDataPath(stack, 'Net', extra_interface_endpoints=['secretsmanager'])")

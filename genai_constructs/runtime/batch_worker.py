@@ -256,25 +256,47 @@ def output_lines(source: str, etag: str, model: str, chunks: Sequence[Chunk],
     return lines
 
 
-def read_chunk_object(data: bytes, key: str) -> list[Chunk]:
+_CHUNK_FIELDS = ("source", "chunk", "chunks_total", "start", "end", "text")
+"""The fields a chunk line must carry (``etag``, ``format`` and ``tokens`` are optional)."""
+
+
+def read_chunk_object(data: bytes, key: str, *, max_tokens: int | None = None) -> list[Chunk]:
     """The pre-cut chunks of a :data:`CHUNKS_SUFFIX` object; :class:`DocumentError` naming the line if one is bad.
 
     Each line: ``{"source", "etag", "format", "chunk", "chunks_total", "tokens", "start", "end", "text"}`` (written
-    by ``preprocess_worker``).
+    by ``preprocess_worker``). A line with empty ``text`` is refused (its vector would mean nothing but still be
+    retrieved), and so is one whose ``tokens`` exceed ``max_tokens`` (the worker's ``--chunk-tokens``): the encoder
+    would silently truncate it, so the vector would not stand for the text stored beside it.
     """
     text = decode_document(data, key)
     chunks = []
+    fix = f"a *{CHUNKS_SUFFIX} object must come from the preprocessing tier"
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             raw = json.loads(line)
-            chunk = Chunk(int(raw["start"]), int(raw["end"]), str(raw["text"]), source=str(raw["source"]),
+        except ValueError as error:
+            raise DocumentError(f"{key} line {number}: not JSON ({error}); {fix}") from None
+        missing = [name for name in _CHUNK_FIELDS if not isinstance(raw, dict) or name not in raw]
+        if missing:
+            raise DocumentError(f"{key} line {number}: not a chunk line (KeyError: no field {', '.join(missing)}); "
+                                f"{fix}")
+        if not isinstance(raw["text"], str) or not raw["text"].strip():
+            raise DocumentError(f"{key} line {number}: its text is {raw['text']!r}, nothing to embed; re-run the "
+                                f"preprocessing of {raw['source']}")
+        tokens = raw.get("tokens")
+        if max_tokens is not None and isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > max_tokens:
+            raise DocumentError(f"{key} line {number}: a chunk of {tokens} tokens is longer than the encoder reads "
+                                f"(--chunk-tokens {max_tokens}), so it would be truncated; re-run the preprocessing "
+                                f"of {raw['source']} with --chunk-tokens at most {max_tokens}")
+        try:
+            chunk = Chunk(int(raw["start"]), int(raw["end"]), raw["text"], source=str(raw["source"]),
                           etag=str(raw.get("etag", "")), index=int(raw["chunk"]),
                           chunks_total=int(raw["chunks_total"]))
-        except (ValueError, KeyError, TypeError) as error:
-            raise DocumentError(f"{key} line {number}: not a chunk line ({type(error).__name__}: {error}); a "
-                                f"*{CHUNKS_SUFFIX} object must come from the preprocessing tier") from None
+        except (ValueError, TypeError) as error:
+            raise DocumentError(f"{key} line {number}: not a chunk line ({type(error).__name__}: {error}); {fix}"
+                                ) from None
         if chunk.index is None or chunk.chunks_total is None or not 0 <= chunk.index < chunk.chunks_total:
             raise DocumentError(f"{key} line {number}: chunk {chunk.index} is not within chunks_total "
                                 f"{chunk.chunks_total}; re-run the preprocessing of {chunk.source}")
@@ -685,7 +707,7 @@ class BatchWorker(StoppableWorker):
                     max_bytes=self.config.max_document_bytes, pool=self._parts,
                 )
                 if key.endswith(CHUNKS_SUFFIX):
-                    return key, read_chunk_object(data, key), etag, ""
+                    return key, read_chunk_object(data, key, max_tokens=self.config.chunk_tokens), etag, ""
                 text = decode_document(data, key)
                 return key, chunk_text(text, chunk_tokens=self.config.chunk_tokens), etag, ""
             except DocumentError as error:
@@ -1051,11 +1073,14 @@ MAX_VISIBILITY_TIMEOUT_S = 43200
 https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html)."""
 MAX_WAIT_TIME_SECONDS = 20
 """SQS's ceiling for long polling (ReceiveMessage, "WaitTimeSeconds")."""
-_WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
+MAX_CHUNK_TOKENS = 1_000_000
+"""A ceiling no encoder reaches (the longest-context embedding models read 32 768 tokens): more is a typo, refused
+as out of range rather than truncated by the encoder."""
 _INT_RANGES = {
     "batch_size": (1, None, "the plan's batch size, e.g. --batch-size 64"),
     "max_concurrency": (1, None, "e.g. --max-concurrency 4 (messages held at once)"),
-    "chunk_tokens": (1, None, "the encoder's maximum sequence, e.g. --chunk-tokens 512"),
+    "chunk_tokens": (1, MAX_CHUNK_TOKENS, "the encoder's maximum sequence, e.g. --chunk-tokens 512"),
     # 0 would hand every received message to the next receiver at once: the worker would race itself.
     "visibility_timeout_s": (1, MAX_VISIBILITY_TIMEOUT_S, "the queue's visibility timeout, e.g. --visibility-timeout 300"),
     "wait_time_seconds": (0, MAX_WAIT_TIME_SECONDS, "e.g. --wait-time 20 (SQS long polling)"),
@@ -1131,11 +1156,28 @@ def whole_numbers(values: dict[str, str | None], ranges: dict[str, tuple[int, in
     for name, (low, high, fix) in ranges.items():
         text = values[name] or ""
         allowed = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        if not _WHOLE_NUMBER.fullmatch(text) or int(text) < low or (high is not None and int(text) > high):
+        # At most 18 digits are converted (int() refuses over 4300 digits): a longer one is too large for any setting.
+        value = int(text) if _WHOLE_NUMBER.fullmatch(text) and len(text) <= 18 else None
+        if value is None and _WHOLE_NUMBER.fullmatch(text) and high is None:
+            problem(name, f"{text!r} is too large; give {fix}")
+        elif value is None or value < low or (high is not None and value > high):
             problem(name, f"{text!r} is not a whole number {allowed}; give {fix}")
         else:
-            numbers[name] = int(text)
+            numbers[name] = value
     return numbers
+
+
+def key_prefix_problem(prefix: str, flag: str, example: str) -> str | None:
+    """Why ``prefix`` (the value of ``flag``) is not an S3 key prefix, or None: an ``s3://`` location, or a leading
+    ``/``. S3 keys have no root: "/chunks/" is a key whose first segment is empty, which a notification filter or a
+    reader's prefix "chunks/" never matches, so the objects would be written where nothing reads them."""
+    if prefix.startswith("s3://"):
+        return f"{prefix!r} is a location, not a key prefix; give the prefix alone, e.g. {flag} {example} (the bucket " \
+               "is --output-bucket)"
+    if prefix.startswith("/"):
+        return f"{prefix!r} starts with '/', and S3 keys have no leading slash; give e.g. {flag} " \
+               f"{prefix.lstrip('/') or example}"
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -1169,9 +1211,8 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
         problem("output_bucket", f"{bucket_name_problem(bucket)}; give the bucket name alone, e.g. "
                                  f"{_FLAGS['output_bucket']} my-vectors")
     prefix = values["output_prefix"] or ""
-    if prefix.startswith("s3://"):
-        problem("output_prefix", f"{prefix!r} is a location, not a key prefix; give the prefix alone, e.g. "
-                                 "--output-prefix embeddings/ (the bucket is --output-bucket)")
+    if key_prefix_problem(prefix, _FLAGS["output_prefix"], "embeddings/"):
+        problem("output_prefix", str(key_prefix_problem(prefix, _FLAGS["output_prefix"], "embeddings/")))
     encoder = values["encoder"] or ""
     kind, sep, _ = encoder.partition(":")
     if not encoder.strip() or (sep and kind not in ("hashing", "package", "sentence-transformers")):
@@ -1214,8 +1255,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, device, problems = worker_settings(argv)
     if config is None:
         return report_problems("batch_worker", problems)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
-                        stream=sys.stderr)
     import boto3  # type: ignore[import-untyped]  # the worker extra; not needed to import this module
     from botocore.config import Config  # type: ignore[import-untyped]
 
@@ -1237,6 +1276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      queue_url=config.queue_url)
         print(f"batch_worker: error: {sentence}", file=sys.stderr)
         return 1
+    # Logging starts after the check, so a failed start is the one line above (botocore logs its lookups at INFO).
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
+                        stream=sys.stderr)
     worker_holder: list[BatchWorker] = []
     early_stop: list[str] = []
 

@@ -3,7 +3,8 @@
 Parsing (:func:`parse_document`): the format comes from the key's suffix (:data:`FORMAT_BY_SUFFIX`), with a cheap
 look at the first bytes where the suffix says nothing (a PDF's ``%PDF-`` header, an HTML page's ``<html``).
 
-* ``txt``: UTF-8 text (a BOM dropped), the batch worker's own rules (:func:`batch_worker.decode_document`).
+* ``txt``: UTF-8 text (a BOM dropped), the batch worker's own rules (:func:`batch_worker.decode_document`), or UTF-16
+  with its byte-order mark; any other encoding is refused with the fix (:func:`decode_text`), never guessed.
 * ``md``: markdown-it-py's CommonMark token stream, rendered to text: a heading, paragraph, list item or code block is
   one paragraph; emphasis, links, images (their alt text kept) and raw HTML markup are dropped.
 * ``html``: BeautifulSoup on lxml; ``script``, ``style``, ``nav`` (and ``noscript``, ``template``, ``svg``,
@@ -29,6 +30,7 @@ Only the standard library is imported at import time; the parsers and ``tokenize
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import logging
@@ -51,6 +53,7 @@ __all__ = [
     "ParsedDocument",
     "TextChunk",
     "TokenChunker",
+    "decode_text",
     "document_format",
     "parse_document",
     "tokenizer_directory",
@@ -115,13 +118,36 @@ def document_format(key: str, head: bytes = b"") -> str:
         f"{', '.join(sorted(FORMAT_BY_SUFFIX))} (or remove it from the input prefix)")
 
 
+def decode_text(data: bytes, key: str) -> str:
+    """A txt, md or jsonl document's text: UTF-8 (``batch_worker.decode_document``), or UTF-16 when it starts with
+    a UTF-16 byte-order mark (unambiguous, so decoded rather than refused). Any other encoding (Latin-1,
+    Windows-1252, UTF-16 without a BOM) is refused with the fix: guessing would turn a wrong guess into mojibake
+    chunks that embed and retrieve as if they were text."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            data = data.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError:
+            pass  # not UTF-16 after all (binary that happens to start so): refused below as not UTF-8
+    try:
+        return decode_document(data, key)
+    except DocumentError as error:
+        head = data[:SNIFF_BYTES]
+        if b"\x00" in head and head[1::2].count(0) + head[::2].count(0) >= len(head) // 3:
+            raise DocumentError(f"{key}: looks like UTF-16 without a byte-order mark (NUL in every other byte); "
+                                "re-save it as UTF-8 (e.g. iconv -f UTF-16LE -t UTF-8)") from None
+        if "not UTF-8" in str(error):
+            raise DocumentError(f"{error}: re-save it as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 for Latin-1 "
+                                "(it is refused rather than guessed, so no chunk holds mis-decoded text)") from None
+        raise
+
+
 def parse_document(key: str, data: bytes, *, text_field: str = DEFAULT_TEXT_FIELD) -> ParsedDocument:
     """``data`` (the object's bytes) parsed by its format; :class:`DocumentError` with a one-sentence reason."""
     kind = document_format(key, data)
     if kind == "txt":
-        parts = [DocumentPart(decode_document(data, key))]
+        parts = [DocumentPart(decode_text(data, key))]
     elif kind == "md":
-        parts = [DocumentPart(_markdown_text(decode_document(data, key)))]
+        parts = [DocumentPart(_markdown_text(decode_text(data, key)))]
     elif kind == "html":
         parts = [DocumentPart(_html_text(data))]
     elif kind == "pdf":
@@ -196,7 +222,7 @@ def _pdf_text(key: str, data: bytes) -> str:
 
 def _jsonl_parts(key: str, data: bytes, text_field: str) -> list[DocumentPart]:
     parts = []
-    for number, line in enumerate(decode_document(data, key).splitlines(), start=1):
+    for number, line in enumerate(decode_text(data, key).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -205,8 +231,10 @@ def _jsonl_parts(key: str, data: bytes, text_field: str) -> list[DocumentPart]:
             raise DocumentError(f"{key} line {number}: not JSON ({error.msg} at column {error.colno})") from None
         value = record.get(text_field) if isinstance(record, dict) else None
         if not isinstance(value, str):
-            raise DocumentError(f"{key} line {number}: no string field {text_field!r}; give each record one, or "
-                                "set the worker's --jsonl-text-field to the field that holds the text")
+            found = (f"its {text_field!r} is {type(value).__name__} {json.dumps(value)[:40]}, not a string"
+                     if isinstance(record, dict) and text_field in record else f"no string field {text_field!r}")
+            raise DocumentError(f"{key} line {number}: {found}; give each record its text as a string, or set the "
+                                "worker's --jsonl-text-field to the field that holds the text")
         parts.append(DocumentPart(value, number))
     return parts
 
@@ -293,7 +321,8 @@ class TokenChunker:
                              f"{self.max_chunk_tokens}")
         overlap = min(DEFAULT_OVERLAP_TOKENS, self.chunk_tokens // 2) if overlap_tokens is None else overlap_tokens
         if not 0 <= overlap < self.chunk_tokens:
-            raise ValueError(f"overlap_tokens {overlap} must be from 0 to chunk_tokens - 1 ({self.chunk_tokens - 1})")
+            raise ValueError(f"overlap_tokens {overlap} must be from 0 to chunk_tokens - 1 ({self.chunk_tokens - 1}); "
+                             f"give at most {self.chunk_tokens - 1}, e.g. {self.chunk_tokens // 4}")
         self.overlap_tokens = overlap
         self.verify = not self._cuts_are_exact(directory) if verify is None else verify
 

@@ -14,8 +14,9 @@ takes: its maximum sequence less its special tokens, 254 for all-MiniLM-L6-v2; m
 ``--overlap-tokens`` (:data:`documents.DEFAULT_OVERLAP_TOKENS`), ``--region`` (else ``AWS_DEFAULT_REGION``),
 ``--visibility-timeout``, ``--wait-time``, ``--failure-backoff``, ``--imds-url`` (empty: no Spot polling),
 ``--jsonl-text-field`` (``text``), ``--max-chunks-per-object`` (:data:`MAX_CHUNKS_PER_OBJECT`). Exit status: 0 after a
-stop (SIGTERM, SIGINT, Spot notice), 2 for bad settings, 1 when a queue cannot be reached at start; each problem is
-one line on stderr, never a traceback.
+stop (SIGTERM, SIGINT, Spot notice), 2 for bad settings (the dead-letter queue being the raw queue itself is found at
+start, by the queues' ARNs), 1 when a queue cannot be reached at start; each problem is one line on stderr, never a
+traceback.
 
 How a message travels (at-least-once, idempotent):
 
@@ -68,6 +69,7 @@ from genai_constructs.runtime.batch_worker import (
     DEFAULT_RANGE_PART_BYTES,
     DEFAULT_VISIBILITY_TIMEOUT_S,
     DEFAULT_WAIT_TIME_SECONDS,
+    MAX_CHUNK_TOKENS,
     MAX_VISIBILITY_TIMEOUT_S,
     MAX_WAIT_TIME_SECONDS,
     DocumentError,
@@ -81,6 +83,7 @@ from genai_constructs.runtime.batch_worker import (
     extend_visibility,
     hand_back_message,
     http_url_problem,
+    key_prefix_problem,
     parse_message,
     read_object,
     receive_messages,
@@ -400,7 +403,8 @@ class Settings:
     config: PreprocessConfig
     tokenizer: str
     chunk_tokens: int | None
-    overlap_tokens: int
+    overlap_tokens: int | None
+    """None when neither flag nor variable set it: TokenChunker's default, at most half a chunk."""
     region: str | None
 
 
@@ -417,9 +421,8 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
         problem("output_bucket", f"{bucket_name_problem(bucket)}; give the embedding fleet's input bucket name "
                                  "alone, e.g. --output-bucket my-embedding-input")
     prefix = values["output_prefix"] or ""
-    if prefix.startswith("s3://"):
-        problem("output_prefix", f"{prefix!r} is a location, not a key prefix; give the prefix alone, e.g. "
-                                 f"--output-prefix {DEFAULT_OUTPUT_PREFIX} (the bucket is --output-bucket)")
+    if key_prefix_problem(prefix, FLAGS["output_prefix"], DEFAULT_OUTPUT_PREFIX):
+        problem("output_prefix", str(key_prefix_problem(prefix, FLAGS["output_prefix"], DEFAULT_OUTPUT_PREFIX)))
     region = values["region"] or None
     if region and region_problem(region):
         problem("region", f"{region_problem(region)}; give the queues' Region, e.g. --region us-east-1")
@@ -427,10 +430,17 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
         problem("tokenizer", f"is empty; give the encoder's spec, e.g. --tokenizer {DEFAULT_TOKENIZER}")
     chunk_tokens: int | None = None
     if values["chunk_tokens"]:
-        numbers = whole_numbers(values, {"chunk_tokens": (1, None, "at most the encoder's maximum sequence less its "
-                                                                   "special tokens, e.g. --chunk-tokens 254")}, problem)
+        # The upper bound is the encoder's (TokenChunker checks it once the tokenizer is loaded); this bound only
+        # keeps a digit string of any length from reading as "not a whole number".
+        numbers = whole_numbers(values, {"chunk_tokens": (1, MAX_CHUNK_TOKENS, "at most the encoder's maximum "
+                                                          "sequence less its special tokens, e.g. --chunk-tokens 254")},
+                                problem)
         chunk_tokens = numbers.get("chunk_tokens")
     numbers = whole_numbers(values, _INT_RANGES, problem)
+    overlap_given = args.overlap_tokens is not None or check.labels["overlap_tokens"].startswith("environment")
+    if chunk_tokens is not None and overlap_given and numbers.get("overlap_tokens", 0) >= chunk_tokens:
+        problem("overlap_tokens", f"{values['overlap_tokens']!r} is not fewer than --chunk-tokens {chunk_tokens}; give "
+                                  f"at most {chunk_tokens - 1}, e.g. --overlap-tokens {chunk_tokens // 4}")
     imds_url = values["imds_url"] or ""
     if imds_url and http_url_problem(imds_url):
         problem("imds_url", f"{http_url_problem(imds_url)}; give e.g. --imds-url {DEFAULT_IMDS_URL}, or '' to disable "
@@ -447,8 +457,10 @@ def worker_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
         wait_time_seconds=numbers["wait_time_seconds"], failure_backoff_s=numbers["failure_backoff_s"],
         imds_url=imds_url or None, jsonl_text_field=text_field, max_chunks_per_object=numbers["max_chunks_per_object"],
     )
-    return Settings(config, values["tokenizer"] or DEFAULT_TOKENIZER, chunk_tokens, numbers["overlap_tokens"],
-                    region), problems
+    # An overlap left at its default shrinks with a small --chunk-tokens (TokenChunker: at most half a chunk), so
+    # "--chunk-tokens 32" alone is not refused for an overlap the operator never set.
+    return Settings(config, values["tokenizer"] or DEFAULT_TOKENIZER, chunk_tokens,
+                    numbers["overlap_tokens"] if overlap_given else None, region), problems
 
 
 REGION_FIX = "pass --region or set AWS_DEFAULT_REGION (the worker's environment file sets it)"
@@ -505,13 +517,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         sqs = session.client("sqs", config=botocore_config)
         s3 = session.client("s3", config=botocore_config)
         # A wrong queue URL, Region or credentials would otherwise show only as a warning every second, forever.
+        arns = []
         for url in (config.queue_url, config.dead_letter_queue_url):
             checked = url
-            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])
+            arns.append(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
     except Exception as error:
         sentence = explain_aws_error(error, region_fix=REGION_FIX, endpoint_fix=ENDPOINT_FIX, queue_url=checked)
         print(f"preprocess_worker: error: {sentence}", file=sys.stderr)
         return 1
+    if arns[0] == arns[1]:
+        # Compared by ARN, so two spellings of one queue's URL are caught too: failure records sent to the queue the
+        # worker reads would come back to it as work, forever.
+        print(f"preprocess_worker: error: argument {FLAGS['dead_letter_queue_url']}: "
+              f"{config.dead_letter_queue_url!r} is the raw-document queue itself ({arns[0]}), so failure records "
+              "would loop back as work; give the dead-letter queue's URL (stack output DeadLetterQueueUrl)",
+              file=sys.stderr)
+        return 2
     # Logging starts after the checks, so a failed start is the one line above and nothing else.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
                         stream=sys.stderr)

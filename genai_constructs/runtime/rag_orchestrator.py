@@ -73,10 +73,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from genai_constructs.runtime.batch_worker import region_problem
 from genai_constructs.runtime.encoders import Encoder, EncoderSpecError, load_encoder
 
 # The stream decoder and the command-line checks are the request proxy's, so both programs word a bad flag alike.
 from genai_constructs.runtime.request_proxy import ChunkedDecoder, _host_port, _non_empty, _Parser
+from genai_constructs.runtime.vector_loader import SECRET_ARN_EXAMPLE, secret_arn_problem
 from genai_constructs.runtime.vector_store import (
     DEFAULT_TABLE,
     MAX_TOP_K,
@@ -240,10 +242,17 @@ def _dns_name(text: str) -> str:
 
 
 def _secret_arn(text: str) -> str:
-    if not (text.startswith("arn:") and ":secretsmanager:" in text and ":secret:" in text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a Secrets Manager secret ARN; give the vector store's secret, e.g. --secret-arn "
-            "arn:aws:secretsmanager:us-east-1:123456789012:secret:rag-db-AbCdEf")
+    problem = secret_arn_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}; give the vector store's secret, e.g. --secret-arn "
+                                         f"{SECRET_ARN_EXAMPLE}")
+    return text
+
+
+def _region(text: str) -> str:
+    problem = region_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}; give the secret's Region, e.g. --region us-east-1")
     return text
 
 
@@ -286,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret-arn", type=_secret_arn, default=None,
                         help="The store's Secrets Manager secret (RDS JSON: username, password), read at start and "
                              "again when the readers refuse its password (a rotation). Default: PGUSER/PGPASSWORD.")
-    parser.add_argument("--region", type=_non_empty("--region"), default=None,
+    parser.add_argument("--region", type=_region, default=None,
                         help="The secret's Region (default: the SDK's, AWS_REGION).")
     parser.add_argument("--log-file", default=None, help="Append every record to this file instead of stdout.")
     return parser
@@ -312,6 +321,9 @@ def parse_config(argv: list[str] | None = None) -> OrchestratorConfig:
         if value is not None and not args.inference_tls:
             parser.error(f"argument {flag}: given without --inference-tls, so the connection would be plain HTTP; "
                          "add --inference-tls (the inference listener has a certificate) or drop the flag")
+    if args.region is not None and args.secret_arn is None:
+        parser.error(f"argument --region: {args.region!r} given without --secret-arn, and the Region is only the "
+                     "secret's (the readers are --reader endpoints); add --secret-arn or drop --region")
     if args.inference_ca_file is not None:
         try:
             inference_ssl_context(args.inference_ca_file)
@@ -348,7 +360,16 @@ def password_refused(error: BaseException) -> bool:
 
 
 class CredentialsError(Exception):
-    """The store's secret could not be read at start."""
+    """The store's secret could not be read at start; ``status`` is the exit status (2: the secret's content is a
+    bad setting, 1: AWS could not be reached or refused)."""
+
+    def __init__(self, message: str, *, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class SecretFormError(ValueError):
+    """The secret was read but is not the RDS form's JSON (its reason, without the secret's content)."""
 
 
 class DatabaseCredentials:
@@ -370,7 +391,17 @@ class DatabaseCredentials:
             import boto3  # type: ignore[import-untyped]  # the worker extra's; imported only when a secret is given
 
             self._client = boto3.session.Session(region_name=self.region).client("secretsmanager")
-        secret = json.loads(self._client.get_secret_value(SecretId=self.secret_arn)["SecretString"])
+        text = self._client.get_secret_value(SecretId=self.secret_arn).get("SecretString")
+        try:
+            secret = json.loads(text) if isinstance(text, str) else None
+        except json.JSONDecodeError:
+            secret = None
+        if not (isinstance(secret, dict) and isinstance(secret.get("username"), str) and "password" in secret):
+            # The RDS form ("JSON structure of AWS Secrets Manager secrets", Amazon RDS and Aurora credentials,
+            # https://docs.aws.amazon.com/secretsmanager/latest/userguide/reference_secret_json_structure.html).
+            raise SecretFormError(
+                "it is not JSON text with username and password" if not isinstance(secret, dict) else
+                f"its JSON lacks {'username' if not isinstance(secret.get('username'), str) else 'password'}")
         self.reads += 1
         return {"user": str(secret["username"]), "password": str(secret["password"])}
 
@@ -381,7 +412,11 @@ class DatabaseCredentials:
             return
         try:
             self.keywords = await asyncio.get_running_loop().run_in_executor(None, self._read)
-        except Exception as error:  # noqa: BLE001 (botocore's errors, a secret not in the RDS form: one sentence)
+        except SecretFormError as error:
+            raise CredentialsError(f"argument --secret-arn: the secret {self.secret_arn} is not in the RDS form "
+                                   f"({error}); store it as {{\"username\": ..., \"password\": ...}}",
+                                   status=2) from None
+        except Exception as error:  # noqa: BLE001 (botocore's errors: one sentence)
             cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             raise CredentialsError(f"cannot read the database secret {self.secret_arn} ({cause}); check --secret-arn, "
                                    "--region and the instance role's secretsmanager:GetSecretValue") from None
@@ -842,7 +877,7 @@ async def serve(config: OrchestratorConfig) -> int:
         await orchestrator.start()
     except CredentialsError as error:
         _diagnose(str(error))
-        return 1
+        return error.status
     except OSError as error:
         _diagnose(f"cannot listen on {config.listen_host}:{config.listen_port}: {error.strerror or error}")
         return 1

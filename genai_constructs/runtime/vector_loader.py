@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import signal
 import sys
 import threading
@@ -101,6 +102,24 @@ _INT_RANGES: dict[str, tuple[int, int | None, str]] = {
 }
 
 
+SECRET_ARN_EXAMPLE = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rag-db-AbCdEf"
+_SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+")
+"""A secret's ARN: ``arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME-SUFFIX``, a name of letters, digits and
+``/_+=.@-`` (Secrets Manager API reference, CreateSecret "Name";
+https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html, and the resource types of
+https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssecretsmanager.html)."""
+
+
+def secret_arn_problem(arn: str) -> str | None:
+    """Why ``arn`` is not a Secrets Manager secret ARN, or None (the orchestrator's ``--secret-arn`` check too)."""
+    if _SECRET_ARN.fullmatch(arn):
+        return None
+    service = arn.split(":")[2] if arn.startswith("arn:") and arn.count(":") >= 2 else ""
+    if service and service != "secretsmanager":
+        return f"{arn!r} is an ARN of {service}, not of a Secrets Manager secret"
+    return f"{arn!r} is not a Secrets Manager secret ARN"
+
+
 @dataclass(frozen=True)
 class LoaderSettings:
     command: str
@@ -146,9 +165,9 @@ def loader_settings(argv: Sequence[str] | None = None, environ: dict[str, str] |
         problem("bucket", f"{bucket_name_problem(bucket)}; give the embedding output bucket's name, e.g. --bucket "
                           "my-vectors (the key prefix is --prefix)")
     secret = values["secret_arn"] or ""
-    if secret and not (secret.startswith("arn:") and ":secretsmanager:" in secret):
-        problem("secret_arn", f"{secret!r} is not a Secrets Manager secret ARN; give the cluster's secret, e.g. "
-                              "--secret-arn arn:aws:secretsmanager:us-east-1:123456789012:secret:rag-db-AbCdEf")
+    if secret and secret_arn_problem(secret):
+        problem("secret_arn", f"{secret_arn_problem(secret)}; give the cluster's secret, e.g. --secret-arn "
+                              f"{SECRET_ARN_EXAMPLE}")
     region = values["region"] or None
     if region and region_problem(region):
         problem("region", f"{region_problem(region)}; give e.g. --region us-east-1")
@@ -306,7 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sqs = session.client("sqs") if settings.command == "load-queue" else None
         if sqs is not None:
             sqs.get_queue_attributes(QueueUrl=settings.queue_url, AttributeNames=["VisibilityTimeout"])
-        secret = session.client("secretsmanager").get_secret_value(SecretId=settings.secret_arn)["SecretString"]
+        secret_value = session.client("secretsmanager").get_secret_value(SecretId=settings.secret_arn)
+        if sqs is None:
+            # A missing bucket would otherwise show only after the database connection, as a traceback mid-backfill.
+            s3.head_bucket(Bucket=settings.bucket)
     except Exception as error:
         sentence = explain_aws_error(error, region_fix=REGION_FIX, endpoint_fix=ENDPOINT_FIX,
                                      queue_url=settings.queue_url or None, bucket=settings.bucket or None)
@@ -317,6 +339,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"the database's secret ARN and its Region; {REGION_FIX}")
         print(f"vector_loader: error: {sentence}", file=sys.stderr)
         return 1
+    secret = secret_value.get("SecretString")
+    if not isinstance(secret, str):
+        # GetSecretValue returns SecretString or SecretBinary, whichever was stored (API_GetSecretValue, "Response
+        # Elements", https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_GetSecretValue.html).
+        print(f"vector_loader: error: argument --secret-arn: {settings.secret_arn} holds a binary secret, not the RDS "
+              "form's JSON text: store it as SecretString {\"username\": ..., \"password\": ...}", file=sys.stderr)
+        return 2
     try:
         parameters = connection_parameters(secret, settings)
         # autocommit: each of load_outputs' transaction() blocks is its own BEGIN ... COMMIT.
@@ -334,7 +363,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with connection:
         loader = Loader(settings, connection=connection, s3=s3, sqs=sqs)
         if settings.command == "load-s3":
-            return loader.load_s3()
+            try:
+                return loader.load_s3()
+            except Exception as error:  # one sentence, not a traceback; re-running the backfill is safe
+                sentence = explain_aws_error(error, region_fix=REGION_FIX, endpoint_fix=ENDPOINT_FIX,
+                                             bucket=settings.bucket)
+                print(f"vector_loader: error: the backfill stopped after {loader.counters['objects']} objects: "
+                      f"{sentence}; fix it and run load-s3 again (loaded rows are upserted, not duplicated)",
+                      file=sys.stderr)
+                return 1
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda number, _frame: loader.request_stop(signal.Signals(number).name))
         return loader.run_queue()

@@ -59,8 +59,8 @@ INFERENCE_CASES = [
     ({"server_port": 8000.0}, "server_port (8000.0) must be a whole number between 1 and 65535, not a float"),
     ({"green_traffic_percent": True}, "green_traffic_percent (True) must be a whole number, not a bool"),
     ({"warm_pool": "false"}, "warm_pool ('false') must be True or False, not a str: write warm_pool=True"),
-    ({"allow_plain_http": 1}, "allow_plain_http (1) must be True, False or None, not a int"),
-    ({"health_check_grace_period": 120}, "health_check_grace_period (120) must be a Duration, not a int: e.g. "
+    ({"allow_plain_http": 1}, "allow_plain_http (1) must be True, False or None, not an int"),
+    ({"health_check_grace_period": 120}, "health_check_grace_period (120) must be a Duration, not an int: e.g. "
                                          "health_check_grace_period=Duration.seconds(120)"),
     ({"certificate": "arn:aws:acm:us-east-1:111122223333:certificate/x"},
      "certificate ('arn:aws:acm:us-east-1:111122223333:certificate/x') must be an acm.ICertificate, not a str"),
@@ -98,10 +98,10 @@ EMBEDDING_CASES = [
     ({"documents_per_message": 2.5}, "documents_per_message (2.5) must be a whole number, not a float"),
     ({"max_receive_count": True}, "max_receive_count (True) must be a whole number, not a bool"),
     ({"max_instances": float("inf")}, "max_instances (inf) must be a whole number, not a float"),
-    ({"scale_in_after": 900}, "scale_in_after (900) must be a Duration, not a int: e.g. "
+    ({"scale_in_after": 900}, "scale_in_after (900) must be a Duration, not an int: e.g. "
                               "scale_in_after=Duration.minutes(15)"),
     ({"warm_pool": "yes"}, "warm_pool ('yes') must be True or False, not a str"),
-    ({"model_prefix": 7}, "model_prefix (7) must be a string, not a int: e.g. model_prefix='docs/'"),
+    ({"model_prefix": 7}, "model_prefix (7) must be a string, not an int: e.g. model_prefix='docs/'"),
 ]
 
 

@@ -139,3 +139,39 @@ def test_retrieved_context_longer_than_the_inference_servers_window_is_refused(p
     message = refused(pieces, answers(pieces, traffic=RagTraffic(requests_per_s=4, top_k=1000, chunk_tokens=254)))
     assert "traffic.top_k (1000) x traffic.chunk_tokens (254) + query_tokens (64) is 254,064 prompt tokens" in message
     assert f"max_model_len ({pieces.chat.plan.server.max_model_len:,})" in message and "lower top_k" in message
+
+
+def test_gpu_fleets_and_the_network_refuse_an_id_already_used_naming_it() -> None:
+    # GIVEN a stack whose "Taken" id is already used
+    from aws_cdk import App, Stack
+    from constructs import Construct
+
+    from genai_constructs import (
+        BatchTraffic,
+        EmbeddingBatchFleet,
+        GpuInferenceFleet,
+        ModelArtifact,
+        ModelShape,
+        PrivateDataPath,
+        RealtimeTraffic,
+    )
+    from genai_constructs.errors import ConfigurationError
+
+    stack = Stack(App(), "Taken")
+    network = PrivateDataPath(stack, "Net")
+    Construct(stack, "Taken")
+    builds = {
+        "GpuInferenceFleet": lambda: GpuInferenceFleet(
+            stack, "Taken", network=network, model=ModelShape.preset("llama-3.1-8b"),
+            traffic=RealtimeTraffic(concurrent_sessions=8, output_tokens_per_s_per_session=10),
+            model_artifact=ModelArtifact(bucket_name="my-models", prefix="llama/"), allow_plain_http=True),
+        "EmbeddingBatchFleet": lambda: EmbeddingBatchFleet(
+            stack, "Taken", network=network, model=ModelShape.preset("bge-base-en-v1.5"),
+            traffic=BatchTraffic(documents=1000, tokens_per_document=100, deadline_hours=1)),
+    }
+    for name, build in builds.items():
+        # WHEN a fleet is given that id, THEN the error names the id, the scope and the fix, not CDK's RuntimeError
+        with pytest.raises(ConfigurationError) as raised:
+            build()
+        assert "id ('Taken') is already used by another construct in 'Taken'" in str(raised.value), name
+        assert f"{name}(stack, 'Taken2', ...)" in str(raised.value)

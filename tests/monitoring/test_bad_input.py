@@ -16,7 +16,7 @@ TTFT = Duration.millis(1000)
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        ({"p99_time_to_first_token": 1000}, "p99_time_to_first_token (1000) must be a Duration, not a int"),
+        ({"p99_time_to_first_token": 1000}, "p99_time_to_first_token (1000) must be a Duration, not an int"),
         ({"http_5xx_rate_percent": float("inf")}, "http_5xx_rate_percent (inf) must be a finite number > 0 and <= 100"),
         ({"gpu_memory_used_percent": float("nan")}, "gpu_memory_used_percent (nan) must be a finite number"),
         ({"unhealthy_hosts": True}, "unhealthy_hosts (True) must be a whole number >= 1, not a bool"),

@@ -130,16 +130,16 @@ def test_a_vpc_cidr_that_contradicts_a_same_stack_vpc_is_refused() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        ({"flow_log_retention": 365}, "flow_log_retention (365) must be a logs.RetentionDays, not a int: e.g. "
+        ({"flow_log_retention": 365}, "flow_log_retention (365) must be a logs.RetentionDays, not an int: e.g. "
                                       "flow_log_retention=logs.RetentionDays.ONE_YEAR"),
         ({"max_azs": True}, "max_azs (True) must be a whole number >= 1, not a bool: use 2"),
         ({"max_azs": 2.5}, "max_azs (2.5) must be a whole number >= 1, not a float"),
         ({"max_azs": float("inf")}, "max_azs (inf) must be a whole number >= 1, not a float"),
         ({"max_azs": "2"}, "max_azs ('2') must be a whole number >= 1, not a str"),
         ({"subnet_cidr_mask": 30}, "subnet_cidr_mask (30) must be a whole number between 16 and 28: a subnet is"),
-        ({"cidr": 10}, "cidr (10) must be a string, not a int: give one such as '10.80.0.0/16'"),
+        ({"cidr": 10}, "cidr (10) must be a string, not an int: give one such as '10.80.0.0/16'"),
         ({"flow_logs": "no"}, "flow_logs ('no') must be True or False, not a str: write flow_logs=True"),
-        ({"refuse_internet_routes": 1}, "refuse_internet_routes (1) must be True or False, not a int"),
+        ({"refuse_internet_routes": 1}, "refuse_internet_routes (1) must be True or False, not an int"),
         ({"vpc": "vpc-0123"}, "vpc ('vpc-0123') must be an ec2.IVpc, not a str: pass an ec2.Vpc"),
         ({"vpc_subnets": ["subnet-1"]}, "vpc_subnets (['subnet-1']) must be an ec2.SubnetSelection, not a list"),
         ({"extra_interface_endpoints": [1]}, "extra_interface_endpoints ([1]) must be a list of strings"),
