@@ -62,7 +62,6 @@ import argparse
 import asyncio
 import functools
 import json
-import math
 import re
 import signal
 import ssl
@@ -77,7 +76,15 @@ from genai_constructs.runtime.batch_worker import region_problem
 from genai_constructs.runtime.encoders import Encoder, EncoderSpecError, load_encoder
 
 # The stream decoder and the command-line checks are the request proxy's, so both programs word a bad flag alike.
-from genai_constructs.runtime.request_proxy import ChunkedDecoder, _host_port, _non_empty, _Parser
+from genai_constructs.runtime.request_proxy import (
+    BadRequest,
+    ChunkedDecoder,
+    _host_port,
+    _non_empty,
+    _Parser,
+    _seconds,
+    check_log_file,
+)
 from genai_constructs.runtime.vector_loader import SECRET_ARN_EXAMPLE, secret_arn_problem
 from genai_constructs.runtime.vector_store import (
     DEFAULT_TABLE,
@@ -219,18 +226,6 @@ def _bounded_int(flag: str, low: int, high: int, example: str) -> Any:
     return parse
 
 
-def _seconds(flag: str, example: str) -> Any:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds greater than 0; give e.g. "
-                                             f"{flag} {example}")
-        return value
-    return parse
-
 
 def _dns_name(text: str) -> str:
     name = text.strip().rstrip(".")
@@ -287,11 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-context-chars", default=DEFAULT_MAX_CONTEXT_CHARS,
                         type=_bounded_int("--max-context-chars", 1, 10_000_000, "12000"))
     parser.add_argument("--connect-timeout-s", default=DEFAULT_CONNECT_TIMEOUT_S,
-                        type=_seconds("--connect-timeout-s", "1"))
-    parser.add_argument("--query-timeout-s", default=DEFAULT_QUERY_TIMEOUT_S, type=_seconds("--query-timeout-s", "1"))
-    parser.add_argument("--zone-retry-s", default=DEFAULT_ZONE_RETRY_S, type=_seconds("--zone-retry-s", "5"))
+                        type=_seconds("--connect-timeout-s", "give e.g. --connect-timeout-s 1"))
+    parser.add_argument("--query-timeout-s", default=DEFAULT_QUERY_TIMEOUT_S, type=_seconds("--query-timeout-s", "give e.g. --query-timeout-s 1"))
+    parser.add_argument("--zone-retry-s", default=DEFAULT_ZONE_RETRY_S, type=_seconds("--zone-retry-s", "give e.g. --zone-retry-s 5"))
     parser.add_argument("--upstream-timeout-s", default=DEFAULT_UPSTREAM_TIMEOUT_S,
-                        type=_seconds("--upstream-timeout-s", "600"))
+                        type=_seconds("--upstream-timeout-s", "give e.g. --upstream-timeout-s 600"))
     parser.add_argument("--secret-arn", type=_secret_arn, default=None,
                         help="The store's Secrets Manager secret (RDS JSON: username, password), read at start and "
                              "again when the readers refuse its password (a rotation). Default: PGUSER/PGPASSWORD.")
@@ -332,13 +327,7 @@ def parse_config(argv: list[str] | None = None) -> OrchestratorConfig:
             parser.error(f"argument --inference-ca-file: cannot load {args.inference_ca_file!r} as PEM CA "
                          f"certificates ({reason}); give a readable PEM file of the CA that issued the inference "
                          "certificate, or drop the flag for the system trust store")
-    if args.log_file is not None:
-        try:
-            with open(args.log_file, "ab"):
-                pass
-        except OSError as error:
-            parser.error(f"argument --log-file: cannot append to {args.log_file!r} ({error.strerror}); "
-                         "give a writable path")
+    check_log_file(parser, args.log_file)
     return OrchestratorConfig(
         listen_host=args.listen[0], listen_port=args.listen[1], readers=tuple(args.reader),
         availability_zone=args.availability_zone, database=args.database, table=args.table, encoder=args.encoder,
@@ -574,12 +563,6 @@ def build_messages(query: str, chunks: Sequence[RetrievedChunk], max_context_cha
 
 
 # ---- HTTP ----------------------------------------------------------------------------------------------------------
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _ms(seconds: float) -> float:

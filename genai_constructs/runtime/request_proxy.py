@@ -263,6 +263,17 @@ def _seconds(flag: str, fix: str, *, allow_zero: bool = False) -> Any:
     return parse
 
 
+def check_log_file(parser: argparse.ArgumentParser, path: str | None) -> None:
+    """``--log-file`` must be appendable now: a path that is not fails at start (exit 2), not at the first record."""
+    if path is None:
+        return
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as error:
+        parser.error(f"argument --log-file: cannot append to {path!r} ({error.strerror}); give a writable path")
+
+
 def _emf_address(text: str) -> EmfAddress:
     if text == "none":
         return EmfAddress("none")
@@ -344,13 +355,7 @@ def parse_config(argv: list[str] | None = None) -> ProxyConfig:
             parser.error(f"argument --upstream: '{host}:{port}' is given twice; give each replica's HOST:PORT once "
                          "(replica N listens on the base port + N)")
         seen.add((host, port))
-    if args.log_file is not None:
-        try:
-            with open(args.log_file, "ab"):
-                pass
-        except OSError as error:
-            parser.error(f"argument --log-file: cannot append to {args.log_file!r} ({error.strerror}); "
-                         "give a writable path")
+    check_log_file(parser, args.log_file)
     return ProxyConfig(
         listen_host=args.listen[0], listen_port=args.listen[1],
         upstreams=tuple(args.upstream),
